@@ -1,0 +1,3 @@
+"""vla_edge_ros: a vision-language-action reasoning loop under a hard control deadline."""
+
+__version__ = "0.1.0"
