@@ -1,0 +1,36 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "vla_edge_ros"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+        ("share/" + package_name + "/launch", glob("launch/*.launch.py") + glob("launch/*.launch.yaml")),
+        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.xml")),
+        ("share/" + package_name + "/kernels", glob("kernels/*.cu") + glob("kernels/*.cuh")),
+    ],
+    install_requires=["setuptools", "numpy", "safetensors"],
+    # setuptools >= 72 ignores tests_require: colcon reads the 'test' extra to find pytest.
+    extras_require={"test": ["pytest", "hypothesis"]},
+    zip_safe=True,
+    maintainer="vla_edge_ros maintainers",
+    maintainer_email="maintainers@vla-edge-ros.invalid",
+    description="VLA reasoning on a live robot camera under a hard control deadline",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "vla_edge = vla_edge_ros.nodes.bringup:main",
+            "camera_node = vla_edge_ros.nodes.camera_node:main",
+            "vla-edge-make-model = vla_edge_ros.tools.make_model:main",
+            "vla-edge-replay = vla_edge_ros.tools.replay:main",
+            "vla-edge-bench = vla_edge_ros.tools.bench:main",
+            "vla-edge-demo = vla_edge_ros.tools.demo:main",
+        ],
+    },
+)
