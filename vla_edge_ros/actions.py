@@ -1,0 +1,50 @@
+"""Action tokens -> bins -> values -> twist components (ROS-free; the node builds the messages).
+
+Decoding is constrained to the last 256 vocabulary ids (the OpenVLA convention): token
+`V - 256 + b` is bin `b`, and bin `b` maps to the centre of the b-th of 256 equal intervals of the
+dimension's [low, high] range.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .constants import ACTION_TOKENS, ACTION_VOCAB
+
+DEFAULT_DIM_NAMES = ("linear_x", "linear_y", "linear_z", "angular_x", "angular_y", "angular_z", "gripper", "aux")
+TWIST_FIELDS = DEFAULT_DIM_NAMES[:6]
+
+
+class ActionDecoder:
+    def __init__(self, vocab_size: int, low=-1.0, high=1.0, names=DEFAULT_DIM_NAMES):
+        self.vocab_size = int(vocab_size)
+        self.first_token = self.vocab_size - ACTION_VOCAB
+        self.names = tuple(names)
+        if len(self.names) != ACTION_TOKENS:
+            raise ValueError(f"need {ACTION_TOKENS} action dimension names, got {len(self.names)}")
+        self.low = np.broadcast_to(np.asarray(low, np.float32), (ACTION_TOKENS,)).copy()
+        self.high = np.broadcast_to(np.asarray(high, np.float32), (ACTION_TOKENS,)).copy()
+        if not (np.isfinite(self.low).all() and np.isfinite(self.high).all() and (self.high > self.low).all()):
+            raise ValueError(f"action ranges need finite low < high per dimension, got low={self.low} high={self.high}")
+
+    def bins(self, tokens: np.ndarray) -> np.ndarray:
+        b = np.asarray(tokens, np.int64) - self.first_token
+        if b.shape != (ACTION_TOKENS,) or (b < 0).any() or (b >= ACTION_VOCAB).any():
+            raise ValueError(f"expected {ACTION_TOKENS} tokens in [{self.first_token}, {self.vocab_size}), got {tokens}")
+        return b
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        width = (self.high - self.low) / ACTION_VOCAB
+        return (self.low + (self.bins(tokens) + 0.5) * width).astype(np.float32)
+
+    def neutral(self) -> np.ndarray:
+        """The zero action, clipped into range: what a zero-twist fallback publishes as a vector."""
+        return np.clip(np.zeros(ACTION_TOKENS, np.float32), self.low, self.high)
+
+
+def twist_components(values: np.ndarray, names=DEFAULT_DIM_NAMES) -> dict[str, float]:
+    """{'linear_x': .., ..., 'angular_z': ..} from an action vector (dimensions not named stay 0)."""
+    out = {f: 0.0 for f in TWIST_FIELDS}
+    for name, v in zip(names, values):
+        if name in out:
+            out[name] = float(v)
+    return out

@@ -1,0 +1,198 @@
+"""Admission control: start a reasoning chunk only when it is expected to finish before the deadline.
+
+Each cycle (DESIGN.md §4) the reasoning node asks ``decide(t0, busy)``:
+
+    remaining = period - (clock() - t0) * 1000 - safety_margin                      (ms)
+    estimate  = ema_vision + ema_prefill_per_token * prefill_tokens
+              + ema_decode_per_token * decode_tokens + ema_other + tail_k * ema_abs_dev
+
+and gets ``admit`` or a reason not to: ``busy`` (an earlier chunk still runs), ``cold`` (no
+measurement yet, only with ``require_warm=True``) or ``refused`` (the estimate does not fit).
+
+After every chunk ``update(PhaseTimings)`` folds the measured per-phase times into exponential
+moving averages. Prefill and decode are tracked per token, so the estimate follows the token
+counts. ``other`` is whatever the phases do not explain (upload, launch, read-back). The tail
+allowance ``tail_k * ema_abs_dev`` - the EMA of |measured total - estimate| - makes a high
+percentile, not the mean, fit the budget; with ``tail_k=0`` the controller admits on the mean.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from .constants import ACTION_TOKENS, VISION_TOKENS
+
+REASONS = ("admit", "refused", "busy", "cold")
+
+
+@dataclass
+class PhaseTimings:
+    """Measured cost of one chunk, in milliseconds."""
+
+    vision_ms: float
+    prefill_ms: float
+    decode_ms: float
+    total_ms: float
+    prefill_tokens: int = VISION_TOKENS
+    decode_tokens: int = ACTION_TOKENS
+
+
+@dataclass
+class Decision:
+    admit: bool
+    reason: str  # "admit" | "refused" | "busy" | "cold"
+    remaining_ms: float  # time left in the cycle after the safety margin
+    estimate_ms: float  # predicted chunk cost, tail allowance included
+
+
+def _check_timings(t: PhaseTimings) -> None:
+    # One NaN or negative sample would poison the EMAs for good, so refuse it loudly.
+    for name in ("vision_ms", "prefill_ms", "decode_ms", "total_ms"):
+        value = getattr(t, name)
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"PhaseTimings.{name} must be a finite number >= 0, got {value!r}")
+    for name in ("prefill_tokens", "decode_tokens"):
+        if getattr(t, name) < 0:
+            raise ValueError(f"PhaseTimings.{name} must be >= 0, got {getattr(t, name)!r}")
+
+
+class AdmissionController:
+    """Per-phase cost EMAs and the admit/refuse decision. Thread-safe (timer and engine thread)."""
+
+    def __init__(
+        self,
+        period_ms: float = 33.0,
+        safety_margin_ms: float = 2.0,
+        ema_alpha: float = 0.2,
+        prefill_tokens: int = VISION_TOKENS,
+        decode_tokens: int = ACTION_TOKENS,
+        tail_k: float = 0.0,
+        clock=time.monotonic,
+        require_warm: bool = False,
+    ):
+        # Written as "not (ok)" so that NaN fails every check.
+        if not (safety_margin_ms >= 0.0):
+            raise ValueError(f"safety_margin_ms must be >= 0, got {safety_margin_ms!r}")
+        if not (period_ms > safety_margin_ms):
+            raise ValueError(
+                f"period_ms ({period_ms!r}) must be greater than safety_margin_ms ({safety_margin_ms!r})"
+            )
+        if not (0.0 < ema_alpha <= 1.0):
+            raise ValueError(f"ema_alpha must be in (0, 1], got {ema_alpha!r}")
+        if not (tail_k >= 0.0):
+            raise ValueError(f"tail_k must be >= 0, got {tail_k!r}")
+        if prefill_tokens < 0 or decode_tokens < 0:
+            raise ValueError(
+                f"token counts must be >= 0, got prefill_tokens={prefill_tokens!r}, decode_tokens={decode_tokens!r}"
+            )
+        self.period_ms = float(period_ms)
+        self.safety_margin_ms = float(safety_margin_ms)
+        self.ema_alpha = float(ema_alpha)
+        self.prefill_tokens = int(prefill_tokens)
+        self.decode_tokens = int(decode_tokens)
+        self.tail_k = float(tail_k)
+        self.require_warm = bool(require_warm)
+        self._clock = clock
+        self._lock = threading.Lock()
+
+        self._vision = 0.0
+        self._prefill_per_token = 0.0
+        self._decode_per_token = 0.0
+        self._other = 0.0
+        self._abs_dev = 0.0
+        self._samples = 0
+        self._decisions = {reason: 0 for reason in REASONS}
+
+    # --- estimates -------------------------------------------------------------------------------
+
+    def _mean_estimate(self, prefill_tokens: int, decode_tokens: int) -> float:
+        return (
+            self._vision
+            + self._prefill_per_token * prefill_tokens
+            + self._decode_per_token * decode_tokens
+            + self._other
+        )
+
+    def _estimate(self) -> float:
+        return self._mean_estimate(self.prefill_tokens, self.decode_tokens) + self.tail_k * self._abs_dev
+
+    def estimate_ms(self) -> float:
+        """Predicted cost of the next chunk (ms), tail allowance included; 0 before any sample."""
+        with self._lock:
+            return self._estimate()
+
+    @property
+    def samples(self) -> int:
+        """Chunks measured so far (the controller is warm once this is > 0)."""
+        with self._lock:
+            return self._samples
+
+    # --- the decision ----------------------------------------------------------------------------
+
+    def decide(self, t0: float, busy: bool = False) -> Decision:
+        """Admit a chunk started now in the cycle that ticked at ``t0`` (monotonic seconds)?"""
+        now = self._clock()
+        with self._lock:
+            remaining = self.period_ms - (now - t0) * 1000.0 - self.safety_margin_ms
+            estimate = self._estimate()
+            if busy:
+                reason = "busy"
+            elif self._samples == 0 and self.require_warm:
+                reason = "cold"
+            elif estimate > remaining:
+                reason = "refused"
+            else:
+                reason = "admit"
+            self._decisions[reason] += 1
+        return Decision(admit=reason == "admit", reason=reason, remaining_ms=remaining, estimate_ms=estimate)
+
+    def update(self, t: PhaseTimings) -> None:
+        """Fold one measured chunk into the EMAs. The first sample sets them outright."""
+        _check_timings(t)
+        prefill_per_token = t.prefill_ms / t.prefill_tokens if t.prefill_tokens else 0.0
+        decode_per_token = t.decode_ms / t.decode_tokens if t.decode_tokens else 0.0
+        other = max(0.0, t.total_ms - t.vision_ms - t.prefill_ms - t.decode_ms)
+        with self._lock:
+            if self._samples == 0:
+                self._vision = t.vision_ms
+                self._prefill_per_token = prefill_per_token
+                self._decode_per_token = decode_per_token
+                self._other = other
+                # No prediction existed for the first chunk, so there is no deviation to measure yet.
+                self._abs_dev = 0.0
+            else:
+                # Deviation of this chunk from what the EMAs predicted for it, before they learn from it.
+                deviation = abs(t.total_ms - self._mean_estimate(t.prefill_tokens, t.decode_tokens))
+                a = self.ema_alpha
+                self._vision += a * (t.vision_ms - self._vision)
+                self._prefill_per_token += a * (prefill_per_token - self._prefill_per_token)
+                self._decode_per_token += a * (decode_per_token - self._decode_per_token)
+                self._other += a * (other - self._other)
+                if self._samples == 1:
+                    self._abs_dev = deviation  # the first deviation initialises its EMA, like the others
+                else:
+                    self._abs_dev += a * (deviation - self._abs_dev)
+            self._samples += 1
+
+    # --- reporting -------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, float]:
+        """EMAs in ms (per token for prefill/decode), the current estimate and the sample count."""
+        with self._lock:
+            return {
+                "vision": float(self._vision),
+                "prefill_per_token": float(self._prefill_per_token),
+                "decode_per_token": float(self._decode_per_token),
+                "other": float(self._other),
+                "dev": float(self._abs_dev),
+                "estimate": float(self._estimate()),
+                "samples": float(self._samples),
+            }
+
+    def decisions(self) -> dict[str, int]:
+        """How many decide() calls ended with each reason."""
+        with self._lock:
+            return dict(self._decisions)

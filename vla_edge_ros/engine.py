@@ -1,0 +1,188 @@
+"""One reasoning chunk, backend-agnostic: encode frame -> cache insert (eviction) -> prefill 32 vision
+tokens -> 8 constrained greedy decode passes -> action.
+
+The engine owns the KvCache bookkeeping (host side, no device round trip) and hands each backend a
+ChunkPlan. `submit` runs the chunk on one worker thread so the control loop can wait for it with a
+deadline and walk away from a late result.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .actions import ActionDecoder
+from .admission import PhaseTimings
+from .constants import ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W
+from .kv_cache import ChunkPlan, KvCache
+from .eviction import make_policy
+from .model.weights import Weights, load_weights
+
+DEFAULT_PROMPT_TOKENS = 16
+DEFAULT_SYSTEM_PROMPT = "You are a robot controller. Look at the camera and output the next action."
+BACKENDS = ("auto", "numpy", "cuda")
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+@dataclass
+class BackendResult:
+    tokens: np.ndarray  # int32 [8], ids in the last-256 range
+    pooled: np.ndarray  # float32 [H]: mean of the frame's 32 vision embeddings
+    timings: PhaseTimings
+    logits: np.ndarray | None = None  # [8, 256] action logits when a test asks for them
+
+
+@dataclass
+class ChunkResult:
+    tokens: np.ndarray
+    action: np.ndarray  # float32 [8]
+    timings: PhaseTimings
+    frame_id: int
+    evicted: list[int]
+    retained: list[int]
+    cache_tokens: int
+    backend: str = ""
+    logits: np.ndarray | None = field(default=None, repr=False)
+
+
+def cuda_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
+        return False
+
+
+def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: float):
+    if name not in BACKENDS:
+        raise EngineError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name == "auto":
+        name = "cuda" if cuda_available() else "numpy"
+    if name == "cuda":
+        try:
+            from .cuda.backend import CudaBackend
+        except ImportError as e:
+            raise EngineError(f"backend 'cuda' needs CuPy and a CUDA GPU: {e}") from None
+        return CudaBackend(weights, capacity, vram_ceiling_gb)
+    from .model.reference import ReferenceModel
+
+    return ReferenceModel(weights, capacity)
+
+
+def system_prompt_ids(model_dir: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS) -> np.ndarray:
+    """Token ids of the pinned system prompt.
+
+    With a `tokenizer.json` (and the `tokenizers` package) the default prompt text is encoded; a
+    generated model has none, so a fixed, deterministic id sequence stands in. Either way the ids avoid
+    the action range and the start token.
+    """
+    limit = vocab_size - ACTION_VOCAB - 1
+    path = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(path):
+        try:
+            from tokenizers import Tokenizer
+
+            ids = [i for i in Tokenizer.from_file(path).encode(DEFAULT_SYSTEM_PROMPT).ids if i < limit]
+            if ids:
+                return np.asarray(ids, np.int32)
+        except Exception:  # noqa: BLE001 - an unreadable tokenizer falls back to the fixed prompt
+            pass
+    return ((np.arange(n, dtype=np.int64) * 7919 + 11) % limit).astype(np.int32)
+
+
+class Engine:
+    def __init__(self, model_dir, backend: str = "auto", kv_capacity_tokens: int = 4096, policy: str = "fifo",
+                 window_frames: int = 8, action_low=-1.0, action_high=1.0, vram_ceiling_gb: float = 8.0,
+                 weights: Weights | None = None):
+        self.model_dir = str(model_dir)
+        self.weights = weights if weights is not None else load_weights(self.model_dir)
+        cfg = self.cfg = self.weights.cfg
+        self.policy_name, self.window_frames = policy, window_frames
+        self.prompt_ids = system_prompt_ids(self.model_dir, cfg.vocab_size)
+        self.capacity = int(kv_capacity_tokens)
+        self.cache = self._new_cache()  # validates capacity and policy before any device allocation
+        self.backend = make_backend(backend, self.weights, self.capacity, vram_ceiling_gb)
+        self.backend.load_prompt(self.prompt_ids, self.cache.prompt_slots)
+        self.start_token = cfg.vocab_size - ACTION_VOCAB - 1  # the last id before the action range
+        self.decoder = ActionDecoder(cfg.vocab_size, action_low, action_high)
+        self._next_frame_id = 0
+        self._chunk_lock = threading.Lock()
+        self._busy = threading.Event()
+        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="vla-engine")
+        self.fault_hook = None  # tests inject faults here: called with the plan before the backend runs
+
+    def _new_cache(self) -> KvCache:
+        return KvCache(self.capacity, len(self.prompt_ids), make_policy(self.policy_name, self.window_frames))
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def run_chunk(self, frame: np.ndarray, collect_logits: bool = False) -> ChunkResult:
+        if not isinstance(frame, np.ndarray) or frame.shape != (FRAME_H, FRAME_W, FRAME_C) or frame.dtype != np.uint8:
+            raise ValueError(f"frame must be a uint8 array {(FRAME_H, FRAME_W, FRAME_C)}, got "
+                             f"{getattr(frame, 'dtype', type(frame))} {getattr(frame, 'shape', '')}")
+        with self._chunk_lock:
+            frame_id = self._next_frame_id
+            self._next_frame_id += 1
+            plan: ChunkPlan = self.cache.plan_frame(frame_id)
+            try:
+                if self.fault_hook is not None:
+                    self.fault_hook(plan)
+                kwargs = {"collect_logits": True} if collect_logits else {}
+                r = self.backend.run_chunk(frame, plan, self.start_token, **kwargs)
+            except BaseException:
+                # The frame's KV is half written: forget the frame so no later chunk attends to it.
+                self.cache.discard(frame_id)
+                raise
+            self.cache.set_embedding(frame_id, r.pooled)
+            return ChunkResult(tokens=r.tokens, action=self.decoder.decode(r.tokens), timings=r.timings,
+                               frame_id=frame_id, evicted=list(plan.evicted), retained=self.cache.retained(),
+                               cache_tokens=len(plan.order), backend=self.backend.name, logits=r.logits)
+
+    def submit(self, frame: np.ndarray) -> concurrent.futures.Future:
+        """Run a chunk on the worker thread. The engine is `busy` until that chunk finishes, even if the
+        caller stopped waiting for it."""
+        if self._busy.is_set():
+            raise EngineError("engine is busy with an earlier chunk")
+        self._busy.set()
+        frame = np.array(frame, copy=True)  # the caller's buffer may be reused before the worker reads it
+        try:
+            fut = self._worker.submit(self.run_chunk, frame)
+        except BaseException:
+            self._busy.clear()
+            raise
+        fut.add_done_callback(lambda _: self._busy.clear())
+        return fut
+
+    def warmup(self, chunks: int = 3, seed: int = 0) -> list[PhaseTimings]:
+        """Compile, capture and run a few dry chunks so timings start from steady state; then forget
+        those frames so the live stream starts with an empty history."""
+        rng = np.random.default_rng(seed)
+        timings = [self.run_chunk(rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)).timings
+                   for _ in range(chunks)]
+        with self._chunk_lock:
+            self.cache = self._new_cache()
+        return timings
+
+    def stats(self) -> dict:
+        s = dict(self.cache.stats())
+        s["backend"] = self.backend.name
+        s["prompt_tokens"] = int(len(self.prompt_ids))
+        peak = getattr(self.backend, "peak_vram_bytes", None)
+        s["peak_vram_bytes"] = peak
+        return s
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True, cancel_futures=True)

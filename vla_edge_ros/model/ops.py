@@ -1,0 +1,81 @@
+"""The NumPy twins of every CUDA kernel: the golden math, float32 throughout.
+
+Each function here is the reference its kernel in `kernels/*.cu` is tested against, and what
+`model/reference.py` composes into the forward pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import FRAME_C, FRAME_H, FRAME_W, GRID_H, GRID_W, PATCH
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Qwen2RMSNorm: x / sqrt(mean(x^2) + eps) * w, over the last axis."""
+    x = x.astype(np.float32, copy=False)
+    return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """y = x @ w.T (+ b); w is [out, in] as in the checkpoint."""
+    y = x @ w.T
+    return y + b if b is not None else y
+
+
+def rope_cos_sin(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables [len(positions), head_dim/2] for the half-split rotation HF Qwen2 uses."""
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate x [..., T, heads, D] (or [T, heads, D]) by per-token cos/sin [T, D/2] (rotate_half form)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """GQA attention. q [Tq, NH, D] (rotated), k/v [NKV, S, D] (k rotated), allowed [Tq, S] bool.
+
+    Query head h reads KV head h // (NH/NKV). Returns [Tq, NH, D].
+    """
+    tq, nh, d = q.shape
+    nkv = k.shape[0]
+    group = nh // nkv
+    out = np.empty_like(q)
+    scale = np.float32(1.0 / np.sqrt(d))
+    neg = np.where(allowed, np.float32(0), np.float32(-np.inf))
+    for g in range(nkv):
+        qg = q[:, g * group:(g + 1) * group, :].reshape(tq * group, d)  # rows: (t, head in group)
+        scores = (qg @ k[g].T).reshape(tq, group, -1) * scale + neg[:, None, :]
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        out[:, g * group:(g + 1) * group, :] = (p.reshape(tq * group, -1) @ v[g]).reshape(tq, group, d)
+    return out
+
+
+def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return g / (1.0 + np.exp(-g)) * u
+
+
+def patchify(frame: np.ndarray) -> np.ndarray:
+    """uint8 [64, 128, 3] -> float32 [32, 768]: 4x8 grid row-major, (row, col, channel) inside a patch,
+    pixels normalised to x/127.5 - 1."""
+    if frame.shape != (FRAME_H, FRAME_W, FRAME_C) or frame.dtype != np.uint8:
+        raise ValueError(f"frame must be uint8 {(FRAME_H, FRAME_W, FRAME_C)}, got {frame.dtype} {frame.shape}")
+    p = frame.reshape(GRID_H, PATCH, GRID_W, PATCH, FRAME_C).transpose(0, 2, 1, 3, 4)
+    return p.reshape(GRID_H * GRID_W, PATCH * PATCH * FRAME_C).astype(np.float32) / np.float32(127.5) - np.float32(1.0)
+
+
+def vision_encode(frame: np.ndarray, patch_w: np.ndarray, patch_b: np.ndarray, pos_embed: np.ndarray) -> np.ndarray:
+    """Patch projector: patches [32, 768] @ W.T + b + pos -> [32, H] float32."""
+    return patchify(frame) @ patch_w.T + patch_b + pos_embed
+
+
+def argmax_rows(logits: np.ndarray) -> np.ndarray:
+    """First index of the maximum per row, as the on-device argmax breaks ties."""
+    return np.argmax(logits, axis=-1).astype(np.int32)

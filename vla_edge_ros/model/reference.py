@@ -1,0 +1,131 @@
+"""The golden model: a NumPy Qwen2 forward over the slot-addressed KV cache, float32 on bf16 weights.
+
+Cache layout (shared with the CUDA engine): keys are stored un-rotated per slot; the position of a
+token is its index in the chunk's `order` (prompt, retained frames oldest->newest, new frame, action
+tokens), and RoPE is applied from that position inside attention. This keeps positions contiguous
+and < capacity however long the stream runs. For speed on the CPU this backend also keeps a rotated
+copy of every key, re-rotated only when eviction moves its position (at most once per chunk).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..admission import PhaseTimings
+from ..constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
+from . import ops
+from .safetensors_io import bf16_to_f32
+from .weights import Weights
+
+
+class ReferenceModel:
+    name = "numpy"
+
+    def __init__(self, weights: Weights, capacity: int):
+        cfg = self.cfg = weights.cfg
+        self.weights = weights
+        self.capacity = int(capacity)
+        f = bf16_to_f32
+        self.embed = f(weights.embed)
+        self.final_norm = f(weights.norm)
+        self.layers = [{k: f(v) for k, v in layer.items()} for layer in weights.layers]
+        self.head = self.embed if weights.lm_head is None else f(weights.lm_head)
+        self.action_head = np.ascontiguousarray(self.head[cfg.vocab_size - ACTION_VOCAB:])
+        v = weights.vision
+        self.patch_w, self.patch_b, self.pos_embed = f(v.patch_w), f(v.patch_b), f(v.pos_embed)
+        L, nkv, d = cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
+        self.k_raw = np.zeros((L, nkv, self.capacity, d), np.float32)
+        self.k_rot = np.zeros_like(self.k_raw)
+        self.v = np.zeros_like(self.k_raw)
+        self.rotated_for = np.full(self.capacity, -1, np.int64)  # position k_rot[:, :, slot] is rotated for
+        self.cos, self.sin = ops.rope_cos_sin(np.arange(self.capacity), d, cfg.rope_theta)
+
+    # -- building blocks -------------------------------------------------------------------------
+    def vision(self, frame: np.ndarray) -> np.ndarray:
+        return ops.vision_encode(frame, self.patch_w, self.patch_b, self.pos_embed)
+
+    def logits(self, h: np.ndarray) -> np.ndarray:
+        return h @ self.head.T
+
+    def _rerotate(self, slots: np.ndarray, positions: np.ndarray) -> None:
+        stale = self.rotated_for[slots] != positions
+        if not stale.any():
+            return
+        s, p = slots[stale], positions[stale]
+        c, sn = self.cos[p], self.sin[p]
+        for layer in range(self.cfg.num_hidden_layers):
+            raw = self.k_raw[layer][:, s, :].transpose(1, 0, 2)  # [n, NKV, D]
+            self.k_rot[layer][:, s, :] = ops.apply_rope(raw, c, sn).transpose(1, 0, 2)
+        self.rotated_for[s] = p
+
+    def forward(self, x: np.ndarray, order: np.ndarray, q_start: int, collect: bool = False):
+        """Run tokens x [T, H] whose slots are order[q_start:q_start+T] over the cache.
+
+        Returns (final-normed hidden [T, H], per-layer residual streams if collect else None).
+        """
+        cfg = self.cfg
+        t = x.shape[0]
+        n = q_start + t
+        order = np.asarray(order[:n], dtype=np.int64)
+        if n > self.capacity or (order >= self.capacity).any() or (order < 0).any():
+            raise ValueError(f"order of {n} tokens does not fit a cache of {self.capacity} slots")
+        self._rerotate(order[:q_start], np.arange(q_start))
+        new_slots = order[q_start:]
+        pos_of_slot = np.full(self.capacity, -1, np.int64)
+        pos_of_slot[order] = np.arange(n)
+        q_pos = np.arange(q_start, n)
+        allowed = (pos_of_slot[None, :] >= 0) & (pos_of_slot[None, :] <= q_pos[:, None])
+        cos, sin = self.cos[q_pos], self.sin[q_pos]
+        nh, nkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        hidden = [] if collect else None
+        x = x.astype(np.float32)
+        for li, w in enumerate(self.layers):
+            h = ops.rms_norm(x, w["ln1"], cfg.rms_norm_eps)
+            q = ops.linear(h, w["wq"], w["bq"]).reshape(t, nh, d)
+            k = ops.linear(h, w["wk"], w["bk"]).reshape(t, nkv, d)
+            v = ops.linear(h, w["wv"], w["bv"]).reshape(t, nkv, d)
+            self.k_raw[li][:, new_slots, :] = k.transpose(1, 0, 2)
+            self.k_rot[li][:, new_slots, :] = ops.apply_rope(k, cos, sin).transpose(1, 0, 2)
+            self.v[li][:, new_slots, :] = v.transpose(1, 0, 2)
+            a = ops.attention(ops.apply_rope(q, cos, sin), self.k_rot[li], self.v[li], allowed)
+            x = x + ops.linear(a.reshape(t, nh * d), w["wo"])
+            h = ops.rms_norm(x, w["ln2"], cfg.rms_norm_eps)
+            x = x + ops.linear(ops.silu_mul(ops.linear(h, w["wg"]), ops.linear(h, w["wu"])), w["wd"])
+            if collect:
+                hidden.append(x.copy())
+        self.rotated_for[new_slots] = q_pos
+        return ops.rms_norm(x, self.final_norm, cfg.rms_norm_eps), hidden
+
+    # -- the Backend protocol of engine.py -------------------------------------------------------
+    def load_prompt(self, token_ids: np.ndarray, slots: np.ndarray) -> None:
+        self.forward(self.embed[np.asarray(token_ids)], np.asarray(slots), 0)
+
+    def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False):
+        from ..engine import BackendResult  # engine imports this module; import late to avoid a cycle
+
+        t0 = time.perf_counter()
+        emb = self.vision(frame)
+        t1 = time.perf_counter()
+        self.forward(emb, plan.order, plan.n_prefix)
+        t2 = time.perf_counter()
+        tokens = np.empty(ACTION_TOKENS, np.int32)
+        logits_log = []
+        tok = int(start_token)
+        base = plan.n_prefix + VISION_TOKENS
+        vocab0 = self.cfg.vocab_size - ACTION_VOCAB
+        for step in range(ACTION_TOKENS):
+            h, _ = self.forward(self.embed[tok][None, :], plan.order, base + step)
+            logits = h[0] @ self.action_head.T
+            if collect_logits:
+                logits_log.append(logits)
+            tok = vocab0 + int(ops.argmax_rows(logits[None])[0])
+            tokens[step] = tok
+        t3 = time.perf_counter()
+        ms = 1e3
+        timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=(t3 - t2) * ms,
+                               total_ms=(t3 - t0) * ms)
+        result = BackendResult(tokens=tokens, pooled=emb.mean(axis=0), timings=timings)
+        if collect_logits:
+            result.logits = np.stack(logits_log)
+        return result

@@ -1,0 +1,136 @@
+"""A small reader/writer of the safetensors format that keeps bf16 as raw uint16 bits.
+
+NumPy has no bfloat16, and the `safetensors` package refuses BF16 for its numpy frontend, so the
+format is read here directly: an 8-byte little-endian header length, a JSON header, then raw
+little-endian tensor bytes. Reading never executes anything from the file (no pickle) and every
+malformed case raises `ModelLoadError` naming the file and the tensor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+
+# dtype name in the header -> (numpy dtype used to hold it, bytes per element)
+DTYPES = {
+    "BF16": (np.dtype("<u2"), 2),
+    "F16": (np.dtype("<f2"), 2),
+    "F32": (np.dtype("<f4"), 4),
+    "F64": (np.dtype("<f8"), 8),
+    "I64": (np.dtype("<i8"), 8),
+    "I32": (np.dtype("<i4"), 4),
+    "I16": (np.dtype("<i2"), 2),
+    "I8": (np.dtype("i1"), 1),
+    "U8": (np.dtype("u1"), 1),
+    "BOOL": (np.dtype("?"), 1),
+}
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+class ModelLoadError(Exception):
+    """A model file is missing, truncated or inconsistent. The message names the file and tensor."""
+
+    def __init__(self, path, message, tensor=None):
+        self.path = str(path)
+        self.tensor = tensor
+        where = f"{self.path}" + (f" [tensor '{tensor}']" if tensor else "")
+        super().__init__(f"{where}: {message}")
+
+
+class TensorInfo:
+    __slots__ = ("name", "dtype", "shape", "start", "end")
+
+    def __init__(self, name, dtype, shape, start, end):
+        self.name, self.dtype, self.shape, self.start, self.end = name, dtype, tuple(shape), start, end
+
+
+def read_header(path) -> tuple[dict[str, TensorInfo], dict, int]:
+    """Parse and validate the header: returns ({name: TensorInfo}, metadata, data_offset)."""
+    if not os.path.isfile(path):
+        raise ModelLoadError(path, "file not found")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise ModelLoadError(path, f"truncated: {size} bytes, no safetensors header")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ModelLoadError(path, f"header length {n} does not fit the file ({size} bytes): truncated or not safetensors")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelLoadError(path, f"header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ModelLoadError(path, "header is not a JSON object")
+    data_offset = 8 + n
+    data_bytes = size - data_offset
+    metadata = header.pop("__metadata__", {}) or {}
+    infos = {}
+    for name, h in header.items():
+        try:
+            dtype, shape, (start, end) = h["dtype"], h["shape"], h["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ModelLoadError(path, "header entry lacks dtype/shape/data_offsets", name) from None
+        if dtype not in DTYPES:
+            raise ModelLoadError(path, f"unsupported dtype {dtype!r}", name)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if end - start != count * DTYPES[dtype][1] or start < 0:
+            raise ModelLoadError(path, f"data_offsets {start}..{end} do not match shape {shape} of {dtype}", name)
+        if end > data_bytes:
+            raise ModelLoadError(path, f"truncated: tensor needs bytes up to {end}, file has {data_bytes} data bytes", name)
+        infos[name] = TensorInfo(name, dtype, shape, start, end)
+    return infos, metadata, data_offset
+
+
+def load_file(path, names=None, mmap=True) -> dict[str, tuple[str, np.ndarray]]:
+    """Load tensors as {name: (dtype_name, array)}. BF16 arrives as uint16 bits."""
+    infos, _, offset = read_header(path)
+    wanted = infos.keys() if names is None else names
+    out = {}
+    mm = np.memmap(path, dtype=np.uint8, mode="r") if mmap else np.fromfile(path, dtype=np.uint8)
+    for name in wanted:
+        if name not in infos:
+            raise ModelLoadError(path, "tensor missing", name)
+        t = infos[name]
+        npdt = DTYPES[t.dtype][0]
+        arr = mm[offset + t.start: offset + t.end].view(npdt).reshape(t.shape)
+        out[name] = (t.dtype, arr)
+    return out
+
+
+def save_file(tensors: dict[str, tuple[str, np.ndarray]], path, metadata: dict | None = None) -> None:
+    """Write {name: (dtype_name, array)}; BF16 arrays are given as uint16 bits."""
+    header, pos = {}, 0
+    items = sorted(tensors.items())
+    for name, (dtype, arr) in items:
+        nbytes = arr.size * DTYPES[dtype][1]
+        if arr.dtype.itemsize != DTYPES[dtype][1]:
+            raise ValueError(f"tensor {name}: array dtype {arr.dtype} cannot hold {dtype}")
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [pos, pos + nbytes]}
+        pos += nbytes
+    header["__metadata__"] = {"format": "pt", **(metadata or {})}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the format asks for 8-byte alignment of the data
+    tmp = str(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for _, (_, arr) in items:
+            f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+    os.replace(tmp, path)  # a crash mid-write never leaves a half model behind
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (nearest even), returned as uint16 bits. NaN stays NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
+
+
+def bf16_to_f32(b: np.ndarray) -> np.ndarray:
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
