@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's demo command: set up from nothing, then run the bringup on a generated tiny model and a
+# built-in clip for ~20 s (CUDA when a GPU is present, else the NumPy backend) and print a summary.
+set -eo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+. scripts/env.sh
+. install/setup.bash
+exec vla-edge-demo "$@"

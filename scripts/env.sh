@@ -1,0 +1,11 @@
+# Source me: the venv plus the environment ROS 2 from PyPI wheels needs. Safe to source twice.
+# (No `set -u` here or in callers: install/setup.bash reads unset variables.)
+_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "${VLA_VENV:-$_root/.venv}/bin/activate"
+export AMENT_PREFIX_PATH="${AMENT_PREFIX_PATH:-$VIRTUAL_ENV}"
+case ":$AMENT_PREFIX_PATH:" in *":$VIRTUAL_ENV:"*) ;; *) export AMENT_PREFIX_PATH="$AMENT_PREFIX_PATH:$VIRTUAL_ENV" ;; esac
+export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
+# A random domain keeps concurrent runs (and CI next to a developer) from hearing each other.
+export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 1 ))}"
+export PYTHONUNBUFFERED=1
+unset _root

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The README's test command: set up from nothing, build, run every test with colcon, fail on any failure.
+set -eo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+. scripts/env.sh
+. install/setup.bash
+echo "ROS_DOMAIN_ID=$ROS_DOMAIN_ID"
+# colcon test exits 0 even when tests fail; colcon test-result is the verdict.
+colcon test --event-handlers console_direct+ --pytest-args -ra "$@" || true
+set +e
+colcon test-result --all --verbose > build/test_result.txt
+rc=$?
+set -e
+cat build/test_result.txt
+python3 - <<'PY'
+import re
+s = open("build/test_result.txt").read()
+m = re.search(r"Summary: (\d+) tests?, (\d+) errors?, (\d+) failures?, (\d+) skipped", s)
+if m:
+    total, err, fail, skip = map(int, m.groups())
+    print(f"tests: {total - err - fail - skip} passed, {err + fail} failed, {skip} skipped")
+PY
+exit $rc
