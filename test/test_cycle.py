@@ -1,0 +1,190 @@
+"""ReasoningCycle (DESIGN.md §4) with the real Engine (numpy backend, tiny generated model) and the real
+FrameBuffer: every reason is reachable and an overrun returns at its deadline."""
+import time
+
+import numpy as np
+import pytest
+
+from vla_edge_ros.admission import AdmissionController, PhaseTimings
+from vla_edge_ros.cycle import ReasoningCycle
+from vla_edge_ros.engine import Engine
+from vla_edge_ros.frame_buffer import FrameBuffer
+from vla_edge_ros.tools.make_model import make_model
+
+CAPACITY = 16 + 8 + 32 * 4  # prompt + action slots + 4 frames: small and fast on the CPU
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_model(str(tmp_path_factory.mktemp("cycle") / "tiny"), "tiny", seed=3)
+
+
+@pytest.fixture
+def engine(tiny):
+    eng = Engine(tiny, backend="numpy", kv_capacity_tokens=CAPACITY)
+    eng.warmed_timings = eng.warmup(2)
+    yield eng
+    eng.fault_hook = None
+    eng.close()
+
+
+def frame(value: int) -> np.ndarray:
+    rng = np.random.default_rng(value)
+    return rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
+
+
+CHEAP = PhaseTimings(vision_ms=1.0, prefill_ms=1.0, decode_ms=1.0, total_ms=5.0)
+
+
+def make_cycle(engine, period_ms=1000.0, margin_ms=2.0, clock=time.monotonic, warm=True, **kw):
+    """A generous period by default so a loaded CI machine still admits every chunk. warm="cheap" seeds
+    the EMAs with a 5 ms chunk, so admission says yes whatever the machine's load (overrun tests)."""
+    adm = AdmissionController(period_ms=period_ms, safety_margin_ms=margin_ms, require_warm=True)
+    for t in ([CHEAP] if warm == "cheap" else engine.warmed_timings if warm else []):
+        adm.update(t)
+    fb = FrameBuffer(pinned=False)
+    cyc = ReasoningCycle(engine, fb, adm, period_ms=period_ms, safety_margin_ms=margin_ms,
+                         max_frame_age_ms=kw.pop("max_frame_age_ms", 500.0), clock=clock, **kw)
+    return cyc, fb
+
+
+def test_no_frame(engine):
+    cyc, _ = make_cycle(engine)
+    out = cyc.tick()
+    assert (out.source, out.reason, out.frame_seq, out.stamp_ns) == ("fallback", "no_frame", -1, None)
+    assert out.action.dtype == np.float32 and out.action.shape == (8,) and not out.action.any()
+
+
+def test_stale_frame_with_injected_clock(engine):
+    now = [100.0]
+    cyc, fb = make_cycle(engine, clock=lambda: now[0])
+    fb.publish(frame(1), stamp_ns=7, recv_time=100.0)
+    now[0] = 100.3  # 300 ms later, max age 500 ms: still fresh enough to be looked at
+    assert cyc.tick(now[0]).reason not in ("stale_frame", "no_frame")
+    fb.publish(frame(2), stamp_ns=8, recv_time=100.3)
+    now[0] = 101.0  # 700 ms after receive
+    out = cyc.tick(now[0])
+    assert (out.source, out.reason, out.stamp_ns) == ("fallback", "stale_frame", 8)
+    assert out.frame_age_ms == pytest.approx(700.0)
+
+
+def test_fresh_then_repeat_without_engine_work(engine):
+    cyc, fb = make_cycle(engine)
+    fb.publish(frame(1), stamp_ns=111)
+    out = cyc.tick()
+    assert (out.source, out.reason) == ("model", "fresh")
+    assert out.action.dtype == np.float32 and out.action.shape == (8,) and (np.abs(out.action) <= 1).all()
+    assert out.chunk is not None and out.timings.total_ms > 0 and out.stamp_ns == 111 and out.frame_seq == 0
+    assert out.remaining_ms > out.estimate_ms > 0
+    assert not cyc.record_published(out, time.monotonic())
+    samples = cyc.admission.samples
+
+    chunks_before = engine._next_frame_id
+    again = cyc.tick()
+    assert (again.source, again.reason, again.source_seq, again.stamp_ns) == ("model", "repeat", 0, 111)
+    assert np.array_equal(again.action, out.action) and again.chunk is None
+    assert engine._next_frame_id == chunks_before and cyc.admission.samples == samples  # no engine work
+
+    cyc.record_published(again, again.deadline + 0.001)  # a late publish counts as a deadline miss
+    s = cyc.stats.summary()
+    assert s["cycles"] == 2 and s["model_actions"] == 2 and s["deadline_misses"] == 1
+    assert s["chunk_ms"]["count"] == 1  # only the fresh cycle ran a chunk
+
+
+def test_refused_when_the_period_is_tiny(engine):
+    cyc, fb = make_cycle(engine, period_ms=1.0, margin_ms=0.5)
+    fb.publish(frame(1), stamp_ns=1)
+    out = cyc.tick()
+    assert (out.source, out.reason) == ("fallback", "refused")
+    assert out.estimate_ms > out.remaining_ms and out.chunk is None and not engine.busy
+
+
+def test_probe_after_refusals_re_measures_the_cost(engine):
+    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, probe_after=2)
+    cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))  # an outlier
+    reasons = []
+    for i in range(3):
+        fb.publish(frame(i), stamp_ns=i)
+        reasons.append(cyc.tick())
+    assert [o.reason for o in reasons[:2]] == ["refused", "refused"] and not any(o.probe for o in reasons[:2])
+    probe = reasons[2]
+    assert probe.probe and probe.reason in ("fresh", "overrun") and cyc.probes == 1
+    cyc.drain(timeout=5.0)
+    assert cyc.admission.estimate_ms() < 5000.0  # the EMAs learned from the probe
+
+
+def test_cold_without_measurements(engine):
+    cyc, fb = make_cycle(engine, warm=False)
+    fb.publish(frame(1), stamp_ns=1)
+    assert cyc.tick().reason == "cold"
+
+
+def test_overrun_returns_at_the_deadline_then_busy_then_late_result_is_learned(engine):
+    period_ms, margin_ms = 300.0, 5.0  # generous: a loaded machine must still admit the chunk
+    cyc, fb = make_cycle(engine, period_ms=period_ms, margin_ms=margin_ms, warm="cheap")
+    engine.fault_hook = lambda plan: time.sleep(0.8)  # the chunk runs far past the deadline
+    fb.publish(frame(1), stamp_ns=1)
+    t0 = time.monotonic()
+    out = cyc.tick(t0)
+    returned = time.monotonic()
+    assert (out.source, out.reason) == ("fallback", "overrun") and not out.action.any()
+    wait_deadline = t0 + (period_ms - margin_ms) / 1000.0
+    assert wait_deadline - 0.002 <= returned <= wait_deadline + 0.010, (returned - t0) * 1000
+    assert cyc.record_published(out, returned) == (returned > out.deadline)  # late flag follows the deadline
+    assert cyc.pending and engine.busy
+
+    fb.publish(frame(2), stamp_ns=2)
+    busy = cyc.tick()
+    assert (busy.source, busy.reason) == ("fallback", "busy") and busy.late_chunk is None
+
+    engine.fault_hook = None
+    deadline = time.monotonic() + 5.0
+    while engine.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    samples = cyc.admission.samples
+    fb.publish(frame(3), stamp_ns=3)
+    after = cyc.tick()
+    assert after.late_chunk is not None and after.late_frame_seq == 0  # the overrun chunk, discarded
+    assert cyc.late_results == 1 and cyc.admission.samples >= samples + 1  # the late chunk's cost was learned
+    assert after.frame_seq == 2 and after.reason in ("fresh", "refused")  # refused only if the machine is slow
+    cyc.drain(timeout=5.0)
+
+
+def test_engine_error_becomes_a_fallback(engine):
+    cyc, fb = make_cycle(engine)
+
+    def boom(plan):
+        raise RuntimeError("kernel exploded")
+
+    engine.fault_hook = boom
+    fb.publish(frame(1), stamp_ns=1)
+    out = cyc.tick()
+    assert (out.source, out.reason) == ("fallback", "engine_error")
+    assert "RuntimeError: kernel exploded" in out.error and cyc.engine_errors == 1
+    # Same frame again: nothing new, and the model never produced an action -> a fallback repeat.
+    again = cyc.tick()
+    assert (again.source, again.reason) == ("fallback", "repeat")
+    engine.fault_hook = None
+    fb.publish(frame(2), stamp_ns=2)
+    assert cyc.tick().reason == "fresh"
+    engine.cache.check_invariants()
+
+
+def test_hold_fallback_repeats_the_last_action(engine):
+    offset = [0.0]
+    cyc, fb = make_cycle(engine, clock=lambda: time.monotonic() + offset[0], fallback="hold")
+    fb.publish(frame(5), stamp_ns=5)
+    fresh = cyc.tick()
+    assert fresh.reason == "fresh"
+    offset[0] = 10.0  # ten seconds later the frame is stale
+    stale = cyc.tick()
+    assert stale.reason == "stale_frame" and np.array_equal(stale.action, fresh.action)
+
+
+def test_drain_harvests_a_late_chunk(engine):
+    cyc, fb = make_cycle(engine, period_ms=300.0, warm="cheap")
+    engine.fault_hook = lambda plan: time.sleep(0.6)
+    fb.publish(frame(1), stamp_ns=1)
+    assert cyc.tick().reason == "overrun"
+    probe = cyc.drain(timeout=5.0)
+    assert probe.late_chunk is not None and not cyc.pending and cyc.late_results == 1

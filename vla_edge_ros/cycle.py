@@ -1,0 +1,225 @@
+"""The reasoning cycle of DESIGN.md §4 as a plain, ROS-free class.
+
+The ReasoningNode and `vla-edge-bench` run this very same logic: the node publishes ROS messages,
+the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
+
+1. jitter of `t0` against the tick grid; a chunk that missed an earlier deadline and has finished
+   since is harvested (its timings feed the EMAs, its action is discarded);
+2. freshest frame: none -> fallback `no_frame`; received more than `max_frame_age_ms` before `t0`
+   -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
+   again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
+3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
+   optional (`probe_after` > 0, off by default as in the node): after that many refusals in a row one
+   chunk is admitted anyway, because the EMAs only learn from chunks that run and a single slow outlier
+   would otherwise keep the estimate above the budget, and the model off, for good;
+4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
+   (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the engine
+   raised -> fallback `engine_error`;
+5. EMAs updated from the chunk's measured per-phase timings.
+
+The caller publishes `outcome.action` and then calls `record_published(outcome, t_publish)`, which
+feeds CycleStats (cycle latency, deadline-miss flag, chunk time, jitter, frame age).
+
+One thread calls tick/record_published (the timer thread); the engine runs chunks on its own worker.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .admission import AdmissionController, PhaseTimings
+from .constants import ACTION_TOKENS
+from .frame_buffer import FrameBuffer
+from .metrics import CycleStats
+
+FALLBACK_MODES = ("zero", "hold")
+# Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
+REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error")
+
+
+@dataclass
+class CycleOutcome:
+    source: str  # "model" | "fallback"
+    reason: str  # one of REASONS
+    action: np.ndarray  # float32 [8]: what the caller publishes
+    stamp_ns: int | None  # capture stamp of the source frame (None before any frame)
+    frame_seq: int  # FrameBuffer seq of the frame this cycle looked at, -1 if none
+    frame_age_ms: float | None  # t0 - frame receive time
+    jitter_ms: float  # |t0 - scheduled tick|
+    t0: float  # monotonic seconds at the tick
+    deadline: float  # t0 + period: the action must be published before this
+    chunk: object | None = None  # ChunkResult of a fresh model action
+    timings: PhaseTimings | None = None  # the chunk's measured phases (fresh only)
+    remaining_ms: float | None = None  # admission: time left after the margin when deciding
+    estimate_ms: float | None = None  # admission: predicted chunk cost
+    error: str | None = None  # engine_error: "Type: message"
+    source_seq: int | None = None  # repeat: frame seq the repeated model action came from
+    image: np.ndarray | None = field(default=None, repr=False)  # copy of the frame sent to the engine
+    # A chunk that missed an earlier deadline and finished before this tick (its action was discarded):
+    late_chunk: object | None = None  # its ChunkResult
+    late_frame_seq: int | None = None  # the FrameBuffer seq of the frame it ran on
+    late_error: str | None = None  # or why it failed
+    probe: bool = False  # admitted although refused (ReasoningCycle.probe_after)
+
+
+class ReasoningCycle:
+    def __init__(self, engine, frame_buffer: FrameBuffer, admission: AdmissionController,
+                 period_ms: float = 33.0, safety_margin_ms: float = 2.0, max_frame_age_ms: float = 200.0,
+                 fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
+                 probe_after: int = 0):
+        if fallback not in FALLBACK_MODES:
+            raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+        if not (period_ms > safety_margin_ms >= 0.0):
+            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period_ms!r}, {safety_margin_ms!r}")
+        self.engine = engine
+        self.fb = frame_buffer
+        self.admission = admission
+        self.period_s = period_ms / 1000.0
+        self.margin_s = safety_margin_ms / 1000.0
+        self.max_frame_age_ms = float(max_frame_age_ms)
+        self.fallback = fallback
+        self.clock = clock
+        self.probe_after = int(probe_after)
+        self.stats = stats if stats is not None else CycleStats()
+
+        self._last_seq = -1  # seq of the last frame submitted to the engine
+        self._last_model: tuple[np.ndarray, int, int] | None = None  # (action, stamp_ns, frame seq)
+        self._last_action = np.zeros(ACTION_TOKENS, np.float32)  # last action handed out ("hold")
+        self._pending: concurrent.futures.Future | None = None  # a chunk that missed its deadline
+        self._pending_seq = -1
+        self._first_tick: float | None = None
+        self._refusals_in_row = 0
+        self.cycles = 0
+        self.late_results = 0  # late chunks harvested (action discarded, timings learned)
+        self.engine_errors = 0  # chunks that raised, on time or late
+        self.bad_timings = 0  # chunk timings the admission controller rejected
+        self.probes = 0  # refused chunks admitted anyway to re-measure the cost (probe_after)
+
+    # --- state the caller may look at ----------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """A chunk that missed its deadline is still running (or finished but not harvested yet)."""
+        return self._pending is not None
+
+    def drain(self, timeout: float | None = None) -> CycleOutcome | None:
+        """Wait for a late chunk (e.g. at shutdown) and harvest it; returns the bookkeeping outcome."""
+        if self._pending is None:
+            return None
+        concurrent.futures.wait([self._pending], timeout=timeout)
+        bookkeeping = CycleOutcome("fallback", "overrun", self._last_action, None, -1, None, 0.0, self.clock(), 0.0)
+        self._harvest_late(bookkeeping)
+        return bookkeeping
+
+    # --- one cycle ------------------------------------------------------------------------------------
+
+    def tick(self, t0: float | None = None, scheduled: float | None = None) -> CycleOutcome:
+        """Run one control cycle that ticked at `t0` (monotonic s; default now). `scheduled` is when the
+        tick was due (for jitter); without it jitter is measured against the grid of the first tick."""
+        if t0 is None:
+            t0 = self.clock()
+        self.cycles += 1
+        out = CycleOutcome("fallback", "no_frame", self._last_action, None, -1, None, self._jitter_ms(t0, scheduled),
+                           t0, t0 + self.period_s)
+        self._harvest_late(out)
+
+        frame = self.fb.latest()
+        if frame is None:
+            return self._fallback(out, "no_frame")
+        out.frame_seq, out.stamp_ns = frame.seq, frame.stamp_ns
+        out.frame_age_ms = (t0 - frame.recv_time) * 1000.0
+        if out.frame_age_ms > self.max_frame_age_ms:
+            return self._fallback(out, "stale_frame")
+        if frame.seq <= self._last_seq:
+            if self._last_model is None:
+                return self._fallback(out, "repeat")
+            action, out.stamp_ns, out.source_seq = self._last_model
+            return self._model(out, "repeat", action)
+
+        d = self.admission.decide(t0, busy=self._pending is not None or bool(self.engine.busy))
+        out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
+        if d.reason == "refused" and 0 < self.probe_after <= self._refusals_in_row:
+            out.probe = True  # re-measure: an overrun is still returned at the deadline
+            self.probes += 1
+        elif not d.admit:
+            self._refusals_in_row += d.reason == "refused"
+            return self._fallback(out, d.reason)
+        self._refusals_in_row = 0
+
+        image = np.array(frame.image, copy=True)  # the FrameBuffer view is reused after the next latest()
+        self._last_seq = frame.seq
+        try:
+            fut = self.engine.submit(image)
+            res = fut.result(timeout=max(0.0, t0 + self.period_s - self.margin_s - self.clock()))
+        except concurrent.futures.TimeoutError:
+            # Walk away: the late result is harvested by a later tick, its action never published.
+            self._pending, self._pending_seq = fut, frame.seq
+            return self._fallback(out, "overrun")
+        except Exception as e:  # noqa: BLE001 - any engine failure becomes a fallback, never a crash
+            self.engine_errors += 1
+            out.error = f"{type(e).__name__}: {e}"
+            return self._fallback(out, "engine_error")
+
+        action = np.asarray(res.action, np.float32)
+        self._last_model = (action, frame.stamp_ns, frame.seq)
+        out.chunk, out.timings, out.image = res, res.timings, image
+        self._learn(res.timings)
+        return self._model(out, "fresh", action)
+
+    def record_published(self, outcome: CycleOutcome, t_publish: float | None = None) -> bool:
+        """Record a published outcome in `stats`; returns True if it was late (after the deadline)."""
+        if t_publish is None:
+            t_publish = self.clock()
+        late = t_publish > outcome.deadline
+        self.stats.record(outcome.source, outcome.reason, late, (t_publish - outcome.t0) * 1000.0,
+                          chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
+                          jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms)
+        return late
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _jitter_ms(self, t0: float, scheduled: float | None) -> float:
+        if scheduled is not None:
+            return abs(t0 - scheduled) * 1000.0
+        if self._first_tick is None:
+            self._first_tick = t0
+            return 0.0
+        k = round((t0 - self._first_tick) / self.period_s)
+        return abs(t0 - (self._first_tick + k * self.period_s)) * 1000.0
+
+    def _harvest_late(self, out: CycleOutcome) -> None:
+        fut = self._pending
+        if fut is None or not fut.done():
+            return
+        self._pending = None
+        out.late_frame_seq = self._pending_seq
+        try:
+            res = fut.result()
+        except Exception as e:  # noqa: BLE001
+            self.engine_errors += 1
+            out.late_error = f"{type(e).__name__}: {e}"
+            return
+        self.late_results += 1
+        out.late_chunk = res
+        self._learn(res.timings)
+        self.stats.chunk_ms.add(res.timings.total_ms)  # a late chunk's cost is part of the chunk distribution
+
+    def _learn(self, timings: PhaseTimings) -> None:
+        try:
+            self.admission.update(timings)
+        except ValueError:  # a NaN/negative sample must not poison the EMAs; counted, not fatal
+            self.bad_timings += 1
+
+    def _model(self, out: CycleOutcome, reason: str, action: np.ndarray) -> CycleOutcome:
+        out.source, out.reason, out.action = "model", reason, action
+        self._last_action = action
+        return out
+
+    def _fallback(self, out: CycleOutcome, reason: str) -> CycleOutcome:
+        out.source, out.reason = "fallback", reason
+        out.action = self._last_action if self.fallback == "hold" else np.zeros(ACTION_TOKENS, np.float32)
+        self._last_action = out.action
+        return out

@@ -1,0 +1,402 @@
+"""vla-edge-bench: replay clips through the ROS-free core and compare the KV eviction policies.
+
+For each clip and each policy (in turn, same clip, same seed, a fresh engine cache on the same loaded
+weights): a camera thread replays the clip into a FrameBuffer at `--camera-hz` (looping as needed), and
+the reasoning loop runs the real ReasoningCycle on an absolute `--period-ms` schedule, exactly the
+cycle the ReasoningNode runs. Writes OUT/report.json, OUT/report.md and OUT/report.png.
+
+history_coverage: every frame the camera produced during the run is embedded offline with the model's
+vision encoder (pooled = mean of its 32 vision embeddings); its coverage is the highest cosine
+similarity to any frame the cache retains at the end of the run; the report gives the mean.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from ..admission import AdmissionController
+from ..clips import SYNTHETIC, load_model_frames, open_clip
+from ..constants import ACTION_TOKENS, VISION_TOKENS
+from ..cycle import REASONS, ReasoningCycle
+from ..engine import Engine, cuda_available, system_prompt_ids
+from ..eviction import POLICY_NAMES
+from ..frame_buffer import FrameBuffer
+from ..metrics import CycleStats, VramSampler
+from ..model import ops
+from ..model.safetensors_io import bf16_to_f32
+from ..model.weights import load_weights
+
+NUMPY_FRAMES = 24  # default frame capacity on the CPU: small enough that the cache fills within seconds
+CUDA_CAPACITY = 4096  # DESIGN §1 default
+
+
+class CameraReplay(threading.Thread):
+    """Publishes clip frames into the FrameBuffer on an absolute `hz` schedule, looping the clip.
+
+    Camera frame k shows clip frame k % N and is stamped k / hz. If the thread wakes up late it skips
+    to the frame that is due now (a real camera does not wait either); skipped frames still count as
+    produced. `clip_index_of_seq[seq]` maps a FrameBuffer seq back to its camera frame index.
+    """
+
+    def __init__(self, frames: np.ndarray, hz: float, fb: FrameBuffer):
+        super().__init__(name="camera-replay", daemon=True)
+        self.frames, self.hz, self.fb = frames, float(hz), fb
+        self.camera_index_of_seq: list[int] = []
+        self.produced = 0  # camera frames 0..produced-1 happened
+        self._halt = threading.Event()
+        self.start_time: float | None = None
+
+    def run(self) -> None:
+        self.start_time = start = time.monotonic()
+        k = 0
+        while not self._halt.is_set():
+            due = start + k / self.hz
+            delay = due - time.monotonic()
+            if delay > 0 and self._halt.wait(delay):
+                break
+            k = max(k, int((time.monotonic() - start) * self.hz))  # late wake-up: publish what is due now
+            self.fb.publish(self.frames[k % len(self.frames)], stamp_ns=int(round(k * 1e9 / self.hz)))
+            self.camera_index_of_seq.append(k)
+            self.produced = k + 1
+            k += 1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def pooled_embeddings(weights, frames: np.ndarray) -> np.ndarray:
+    """Unit-norm pooled vision embedding [N, H] of each frame, computed offline on the engine's weights."""
+    v = weights.vision
+    w, b, pos = bf16_to_f32(v.patch_w), bf16_to_f32(v.patch_b), bf16_to_f32(v.pos_embed)
+    pooled = np.stack([ops.vision_encode(f, w, b, pos).mean(axis=0) for f in frames]).astype(np.float64)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return pooled / np.where(norms > 0, norms, 1.0)
+
+
+def history_coverage(embeddings: np.ndarray, produced: int, retained_clip_indices: list[int]) -> float | None:
+    """Mean over camera frames 0..produced-1 (clip frame k % N) of the best cosine to a retained frame."""
+    if produced == 0 or not retained_clip_indices:
+        return None
+    best = (embeddings @ embeddings[retained_clip_indices].T).max(axis=1)  # per clip frame
+    counts = np.bincount(np.arange(produced) % len(embeddings), minlength=len(embeddings))
+    return float((counts * best).sum() / produced)
+
+
+def _quantiles(stats, keys=("p50", "p95", "p99", "max")) -> dict:
+    p = stats.percentiles()
+    return {k: p[k] for k in keys}
+
+
+def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
+               progress) -> tuple[dict, dict]:
+    """One policy on one clip. Returns (metrics for report.json, raw series for the plot)."""
+    engine = Engine(model_dir, backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy,
+                    window_frames=args.window_frames, vram_ceiling_gb=args.vram_ceiling_gb, weights=weights)
+    try:
+        warm = engine.warmup(args.warmup_chunks, seed=args.seed)
+        admission = AdmissionController(period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms,
+                                        tail_k=args.tail_k)
+        for t in warm[1:] if len(warm) > 1 else warm:  # the first chunk carries compile/first-touch cost
+            admission.update(t)
+        fb = FrameBuffer()
+        stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
+        cycle = ReasoningCycle(engine, fb, admission, period_ms=args.period_ms,
+                               safety_margin_ms=args.safety_margin_ms, max_frame_age_ms=args.max_frame_age_ms,
+                               fallback="zero", stats=stats, probe_after=args.probe_after)
+        vram = VramSampler(interval_s=0.05)
+        vram.start()
+        camera = CameraReplay(frames, args.camera_hz, fb)
+        camera_index_of_frame_id: dict[int, int] = {}
+        cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
+        period = args.period_ms / 1000.0
+        n_ticks = max(1, int(round(args.seconds / period)))
+        skipped = 0
+
+        def note_chunk(res, seq, t):
+            camera_index_of_frame_id[res.frame_id] = camera.camera_index_of_seq[seq]
+            timeline.append((t, [camera_index_of_frame_id[f] for f in res.retained]))
+
+        camera.start()
+        while camera.start_time is None:
+            time.sleep(0.001)
+        start = camera.start_time + period  # the first tick finds a frame, as on a running robot
+        i = 0
+        while i < n_ticks:
+            scheduled = start + i * period
+            delay = scheduled - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.monotonic()
+            out = cycle.tick(t0, scheduled)
+            t_publish = time.monotonic()  # the bench's "publish": nothing to send, only the instant
+            cycle.record_published(out, t_publish)
+            cycle_ms.append((t_publish - t0) * 1000.0)
+            if out.late_chunk is not None:
+                note_chunk(out.late_chunk, out.late_frame_seq, t0 - start)
+            if out.chunk is not None:
+                note_chunk(out.chunk, out.frame_seq, t0 - start)
+            # Absolute schedule; a tick more than a period late is skipped, as a ROS timer would.
+            nxt = max(i + 1, int((time.monotonic() - start) / period))
+            skipped += nxt - i - 1
+            progress.update(nxt - i)
+            i = nxt
+        camera.stop()
+        drained = cycle.drain(timeout=30.0)  # a late chunk still running: let it land before reading the cache
+        if drained is not None and drained.late_chunk is not None:
+            note_chunk(drained.late_chunk, drained.late_frame_seq, time.monotonic() - start)
+        vram.stop()
+
+        s = stats.summary()
+        es = engine.stats()
+        retained_camera = [camera_index_of_frame_id[f] for f in engine.cache.retained()]
+        retained_clip = [k % len(frames) for k in retained_camera]
+        peaks = [x for x in (es.get("peak_vram_bytes"), vram.peak_bytes) if x is not None]
+        metrics = {
+            "cycles": s["cycles"],
+            "model_actions": s["model_actions"],
+            "fresh_actions": s["reasons"].get("fresh", 0),
+            "repeats": s["reasons"].get("repeat", 0) - s["fallbacks"].get("repeat", 0),
+            "fallbacks": {r: s["fallbacks"].get(r, 0) for r in REASONS if r != "fresh"},
+            "deadline_misses": s["deadline_misses"],
+            "deadline_miss_rate": s["deadline_miss_rate"],
+            "overrun_rate": s["overrun_rate"],
+            "fallback_rate": s["fallback_rate"],
+            "cycle_ms": _quantiles(stats.cycle_ms),
+            "chunk_ms": _quantiles(stats.chunk_ms),
+            "timer_jitter_ms": _quantiles(stats.timer_jitter_ms, ("p50", "p99")),
+            "frame_age_ms": _quantiles(stats.frame_age_ms, ("p50", "p99")),
+            "peak_vram_bytes": max(peaks) if peaks else None,
+            "frames_produced": camera.produced,
+            "frames_seen": len(camera_index_of_frame_id),
+            "frames_retained": len(retained_camera),
+            "frame_capacity": es["frame_capacity"],
+            "evictions": es["evictions_total"],
+            "history_coverage": history_coverage(embeddings, camera.produced, retained_clip),
+            "retained_camera_frames": retained_camera,
+            "late_results": cycle.late_results,
+            "engine_errors": cycle.engine_errors,
+            "skipped_ticks": skipped,
+            "probes": cycle.probes,
+            "admission": admission.snapshot(),
+        }
+        return metrics, {"cycle_ms": cycle_ms, "timeline": timeline}
+    finally:
+        engine.close()
+
+
+# --- reporting ----------------------------------------------------------------------------------------
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info = {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__, "gpu": None}
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+            info["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU
+        pass
+    return info
+
+
+def _fmt(x, digits=1) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def write_markdown(report: dict, path: str) -> None:
+    c = report["config"]
+    lines = [f"# vla-edge-bench report ({report['date']})", "",
+             f"Backend `{report['backend']}` on {report['machine']['cpu']} ({report['machine']['cpu_count']} cores)"
+             + (f", GPU {report['machine']['gpu']}" if report["machine"]["gpu"] else "")
+             + f"; model {report['model']['name']}; period {c['period_ms']} ms (margin {c['safety_margin_ms']} ms), "
+               f"camera {c['camera_hz']} Hz, {c['seconds']} s per policy, KV capacity {c['kv_capacity_tokens']} "
+               f"tokens, window {c['window_frames']} frames, seed {c['seed']}.", "",
+             f"Command: `{report['command']}`", ""]
+    head = ("| policy | cycles | model | fallback rate | deadline miss | overrun | cycle p50/p99/max ms | "
+            "chunk p50/p99 ms | jitter p99 ms | frame age p50 ms | retained/cap | evictions | coverage |")
+    for clip in report["clips"]:
+        lines += [f"## {clip['name']} ({clip['frames']} frames)", "", head, "|" + "---|" * 13]
+        for policy, m in clip["policies"].items():
+            fb = ", ".join(f"{k} {v}" for k, v in m["fallbacks"].items() if v)
+            lines.append(
+                f"| {policy} | {m['cycles']} | {m['model_actions']} | {m['fallback_rate']:.3f}"
+                f"{' (' + fb + ')' if fb else ''} | {m['deadline_miss_rate']:.3f} | {m['overrun_rate']:.3f} | "
+                f"{_fmt(m['cycle_ms']['p50'])}/{_fmt(m['cycle_ms']['p99'])}/{_fmt(m['cycle_ms']['max'])} | "
+                f"{_fmt(m['chunk_ms']['p50'])}/{_fmt(m['chunk_ms']['p99'])} | {_fmt(m['timer_jitter_ms']['p99'], 2)} | "
+                f"{_fmt(m['frame_age_ms']['p50'])} | {m['frames_retained']}/{m['frame_capacity']} | {m['evictions']} | "
+                f"{_fmt(m['history_coverage'], 4)} |")
+        lines.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def write_plot(report: dict, series: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clips, policies = report["clips"], report["config"]["policies"]
+    fig, axes = plt.subplots(len(clips), 1 + len(policies), figsize=(4.2 * (1 + len(policies)), 3.4 * len(clips)),
+                             squeeze=False)
+    deadline = report["config"]["period_ms"]
+    for row, clip in enumerate(clips):
+        ax = axes[row][0]
+        for policy in policies:
+            values = series[clip["name"]][policy]["cycle_ms"]
+            ax.hist(values, bins=60, range=(0, max([deadline * 1.3, *values])), histtype="step", label=policy)
+        ax.axvline(deadline, color="red", linestyle="--", label=f"deadline {deadline:g} ms")
+        ax.set(title=f"{clip['name']}: cycle latency", xlabel="tick -> publish (ms)", ylabel="cycles", yscale="log")
+        ax.legend(fontsize=7)
+        for col, policy in enumerate(policies, start=1):
+            ax = axes[row][col]
+            timeline = series[clip["name"]][policy]["timeline"]
+            xs = [t for t, kept in timeline for _ in kept]
+            ys = [k for _, kept in timeline for k in kept]
+            ax.scatter(xs, ys, s=1, marker=".", color="tab:blue")
+            m = clip["policies"][policy]
+            ax.set(title=f"{policy}: retained frames (coverage {_fmt(m['history_coverage'], 3)})",
+                   xlabel="run time at chunk (s)", ylabel="camera frame index")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# --- command line -------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="vla-edge-bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="HF-layout model dir; omitted: generate --preset into a temp dir")
+    p.add_argument("--preset", default="tiny", help="model preset to generate when --model is omitted")
+    p.add_argument("--clip", action="append", required=True,
+                   help="video file, image folder, rosbag2 bag (.mcap/.db3/folder), synthetic or synthetic-cut; repeatable")
+    p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated eviction policies")
+    p.add_argument("--seconds", type=float, default=10.0, help="run time per clip and policy")
+    p.add_argument("--camera-hz", type=float, default=60.0)
+    p.add_argument("--period-ms", type=float, default=33.0)
+    p.add_argument("--safety-margin-ms", type=float, default=2.0)
+    p.add_argument("--max-frame-age-ms", type=float, default=200.0)
+    p.add_argument("--backend", choices=("auto", "numpy", "cuda"), default="auto")
+    p.add_argument("--kv-capacity", type=int, default=None,
+                   help=f"KV slots; default {CUDA_CAPACITY} on cuda, prompt + 8 + 32*{NUMPY_FRAMES} on numpy "
+                        "(small, so the cache fills within a short CPU run)")
+    p.add_argument("--window-frames", type=int, default=8, help="sliding_window size in frames")
+    p.add_argument("--tail-k", type=float, default=0.0, help="admission tail allowance (x EMA of |deviation|)")
+    p.add_argument("--probe-after", type=int, default=0,
+                   help="admit one chunk after this many refusals in a row to re-measure its cost (0: never, as the node)")
+    p.add_argument("--warmup-chunks", type=int, default=3)
+    p.add_argument("--vram-ceiling-gb", type=float, default=8.0)
+    p.add_argument("--max-clip-frames", type=int, default=3000, help="frames read from each clip (memory bound)")
+    p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model")
+    p.add_argument("--out", required=True, help="output folder for report.json/.md/.png")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    a = p.parse_args(argv)
+    a.policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    for name in a.policies:
+        if name not in POLICY_NAMES:
+            p.error(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+    if a.seconds <= 0 or a.camera_hz <= 0 or a.period_ms <= a.safety_margin_ms:
+        p.error("need --seconds > 0, --camera-hz > 0 and --period-ms > --safety-margin-ms")
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from tqdm import tqdm
+
+    os.makedirs(args.out, exist_ok=True)
+    tmp_model = None
+    try:
+        if args.model is None:
+            from .make_model import make_model
+
+            tmp_model = tempfile.mkdtemp(prefix=f"vla-bench-{args.preset}-")
+            args.model = make_model(tmp_model, preset=args.preset, seed=args.seed)
+            model_name = f"generated {args.preset} (seed {args.seed})"
+        else:
+            model_name = args.model
+        weights = load_weights(args.model)
+        cfg = weights.cfg
+        backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")
+        args.backend = backend
+        if args.kv_capacity is None:
+            prompt = len(system_prompt_ids(args.model, cfg.vocab_size))
+            args.kv_capacity = CUDA_CAPACITY if backend == "cuda" else prompt + ACTION_TOKENS + VISION_TOKENS * NUMPY_FRAMES
+
+        n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
+        progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip), unit="tick", file=sys.stderr,
+                        disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
+        clips, series = [], {}
+        run_frames = int(args.seconds * args.camera_hz)
+        for spec in args.clip:
+            # A synthetic clip outlasts the run (+2 s for start-up and drain), so it never loops back to the
+            # first scene; the cut comes a third into the run.
+            source = open_clip(spec, n_frames=min(run_frames + int(2 * args.camera_hz), args.max_clip_frames),
+                               cut_at=run_frames // 3, seed=args.seed)
+            frames, _ = load_model_frames(source, args.max_clip_frames)
+            embeddings = pooled_embeddings(weights, frames)
+            name = source.name if spec not in SYNTHETIC else spec
+            while name in series:
+                name += "'"
+            clip = {"name": name, "source": spec, "frames": len(frames), "native_fps": source.fps,
+                    "cut_at": getattr(source, "cut_at", None), "policies": {}}
+            series[name] = {}
+            for policy in args.policies:
+                progress.set_postfix_str(f"{name} {policy}")
+                clip["policies"][policy], series[name][policy] = run_policy(
+                    args, weights, args.model, policy, frames, embeddings, progress)
+                gc.collect()  # drop the previous engine's cache before the next one allocates
+            clips.append(clip)
+        progress.close()
+
+        report = {
+            "tool": "vla-edge-bench",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "vla-edge-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "machine": machine_info(),
+            "backend": backend,
+            "model": {"name": model_name, "config": {k: getattr(cfg, k) for k in (
+                "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "vocab_size")}},
+            "config": {"policies": args.policies, "seconds": args.seconds, "camera_hz": args.camera_hz,
+                       "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
+                       "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity,
+                       "window_frames": args.window_frames, "tail_k": args.tail_k, "probe_after": args.probe_after,
+                       "warmup_chunks": args.warmup_chunks, "seed": args.seed},
+            "clips": clips,
+        }
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        write_markdown(report, os.path.join(args.out, "report.md"))
+        write_plot(report, series, os.path.join(args.out, "report.png"))
+        if not args.quiet:
+            print(open(os.path.join(args.out, "report.md")).read())
+        return 0
+    finally:
+        if tmp_model is not None:
+            shutil.rmtree(tmp_model, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
