@@ -1,0 +1,137 @@
+// Shared helpers for the vla_edge_ros kernels (included by every kernels/*.cu).
+// Compiled at run time by NVRTC through cupy.RawModule; no host code here.
+#pragma once
+#include <cuda_bf16.h>
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+typedef unsigned short bf16_t;  // raw bf16 bits, as the weights are stored
+
+__device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ float bflo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bfhi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ bf16_t f2bf(float f) {  // round to nearest even, as numpy f32_to_bf16
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+__device__ __forceinline__ unsigned pack_bf2(float lo, float hi) {
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Block-wide sum; every thread gets the result. `red` needs blockDim.x/32 floats.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    v = warp_sum(v);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) red[w] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < nw; ++i) s += red[i];
+    return s;
+}
+
+// dot of 8 bf16 (one uint4) with 8 floats
+__device__ __forceinline__ float dot8(uint4 w, const float* x) {
+    float s = bflo(w.x) * x[0];
+    s = fmaf(bfhi(w.x), x[1], s);
+    s = fmaf(bflo(w.y), x[2], s);
+    s = fmaf(bfhi(w.y), x[3], s);
+    s = fmaf(bflo(w.z), x[4], s);
+    s = fmaf(bfhi(w.z), x[5], s);
+    s = fmaf(bflo(w.w), x[6], s);
+    s = fmaf(bfhi(w.w), x[7], s);
+    return s;
+}
+
+// Streaming 16-byte load of weights (read once per pass: do not keep in L1).
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + D, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// RMSNorm prologue used by the decode GEMVs: xs[i] = x[i] * rsqrt(mean(x^2)+eps) * w[i] for i < n.
+__device__ __forceinline__ void norm_to_smem(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps,
+                                             int n, float* xs, float* red) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = x[i];
+        xs[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    float tot = block_sum(ss, red);
+    float inv = rsqrtf(tot / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xs[i] * inv * bf2f(w[i]);
+    __syncthreads();
+}
+
+__device__ __forceinline__ void copy_to_smem(const float* __restrict__ x, int n, float* xs) {
+    for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) *(float4*)(xs + i) = *(const float4*)(x + i);
+    __syncthreads();
+}
+
+// R rows (given by row index array) of W dotted with xs (K floats in smem). K % 256 == 0.
+template <int R, int U>
+__device__ __forceinline__ void warp_rows(const bf16_t* __restrict__ W, int K, const int* rows, const float* xs,
+                                          float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int nvec = K >> 3;  // uint4 per row
+    const uint4* base[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        base[r] = (const uint4*)(W + (size_t)rows[r] * K);
+        acc[r] = 0.f;
+    }
+    int i = lane;
+    for (; i + 32 * (U - 1) < nvec; i += 32 * U) {
+        uint4 w[R][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < R; ++r) w[r][u] = ldg_stream(base[r] + i + 32 * u);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const float* xp = xs + (size_t)(i + 32 * u) * 8;
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] += dot8(w[r][u], xp);
+        }
+    }
+    for (; i < nvec; i += 32) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += dot8(ldg_stream(base[r] + i), xs + (size_t)i * 8);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+
+// Fire-and-forget L2 prefetch of R whole weight rows (one per 128-byte line), issued at kernel entry so
+// the HBM reads overlap the RMSNorm prologue and run with full memory-level parallelism.
+template <int R>
+__device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W, int K, const int* rows, int N) {
+    const int lane = threadIdx.x & 31;
+    const int lines = K >> 6;  // 128-byte lines per row
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (rows[r] >= N) continue;
+        const char* base = (const char*)(W + (size_t)rows[r] * K);
+        for (int i = lane; i < lines; i += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)i * 128));
+    }
+}

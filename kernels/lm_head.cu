@@ -1,0 +1,56 @@
+// Constrained LM head + on-device argmax: final RMSNorm fused, logits over the 256 action rows only
+// (the last 256 vocabulary rows of the tied embedding), then the last block to finish (atomic ticket)
+// takes the argmax (first index on ties), writes the token id (vocab0 + index) and the row index that
+// the next decode pass gathers its embedding from. Twins: ops.rms_norm, x @ head.T, ops.argmax_rows.
+#include "common.cuh"
+
+#define HEAD_THREADS 256
+
+extern "C" __global__ void __launch_bounds__(HEAD_THREADS)
+lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, int H,
+               const bf16_t* __restrict__ head, int nrows, float* __restrict__ logits, int* __restrict__ ticket,
+               int* __restrict__ tok_idx, int* __restrict__ tokens_out, int step, int vocab0) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    __shared__ float bv[HEAD_THREADS / 32];
+    __shared__ int bi[HEAD_THREADS / 32];
+    __shared__ int last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rows[1];
+    rows[0] = blockIdx.x * (HEAD_THREADS / 32) + warp;
+    warp_prefetch_rows<1>(head, H, rows, nrows);
+    norm_to_smem(x, ln, eps, H, xs, red);
+    if (rows[0] < nrows) {
+        float acc[1];
+        warp_rows<1, 6>(head, H, rows, xs, acc);
+        if (lane == 0) logits[rows[0]] = acc[0];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = (atomicAdd(ticket, 1) == (int)gridDim.x - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float best = -INFINITY;
+    int bidx = 0x7fffffff;
+    for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
+        const float v = __ldcg(logits + i);
+        if (v > best || (v == best && i < bidx)) { best = v; bidx = i; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+        if (ov > best || (ov == best && oi < bidx)) { best = ov; bidx = oi; }
+    }
+    if (lane == 0) { bv[warp] = best; bi[warp] = bidx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        best = bv[0]; bidx = bi[0];
+        for (int w = 1; w < HEAD_THREADS / 32; ++w)
+            if (bv[w] > best || (bv[w] == best && bi[w] < bidx)) { best = bv[w]; bidx = bi[w]; }
+        tokens_out[step] = vocab0 + bidx;
+        tok_idx[0] = bidx;
+        *ticket = 0;
+    }
+}

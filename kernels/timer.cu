@@ -1,0 +1,8 @@
+// Phase timestamps: one thread writes %globaltimer (ns) into ts[i]. Placed between phases in the graph.
+#include "common.cuh"
+
+extern "C" __global__ void stamp(unsigned long long* ts, int i) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    ts[i] = t;
+}

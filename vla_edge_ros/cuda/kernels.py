@@ -1,0 +1,62 @@
+"""Load kernels/*.cu as CuPy RawModules (NVRTC, compiled for the GPU present: no fixed arch).
+
+The sources come from the installed share directory (`share/vla_edge_ros/kernels`, found through
+ament_index when it is importable) or, in a source checkout, from the repository's `kernels/`.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import cupy
+
+_PKG = "vla_edge_ros"
+
+
+def kernel_dir() -> str:
+    env = os.environ.get("VLA_EDGE_KERNEL_DIR")
+    if env and os.path.isdir(env):
+        return env
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        d = os.path.join(get_package_share_directory(_PKG), "kernels")
+        if glob.glob(os.path.join(d, "*.cu")):
+            return d
+    except Exception:  # noqa: BLE001 - no ROS / package not installed: fall back to the source tree
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    d = os.path.join(os.path.dirname(os.path.dirname(here)), "kernels")
+    if glob.glob(os.path.join(d, "*.cu")):
+        return d
+    raise FileNotFoundError(f"no kernels/*.cu found (looked in the {_PKG} share directory and {d})")
+
+
+class Kernels:
+    """All kernel functions by name, one RawModule per kernels/*.cu file."""
+
+    def __init__(self, directory: str | None = None):
+        self.directory = directory or kernel_dir()
+        self.modules: dict[str, cupy.RawModule] = {}
+        self.functions: dict[str, object] = {}
+        opts = ("-std=c++17", f"-I{self.directory}")
+        for path in sorted(glob.glob(os.path.join(self.directory, "*.cu"))):
+            with open(path) as f:
+                src = f.read()
+            mod = cupy.RawModule(code=src, options=opts)
+            name = os.path.basename(path)[:-3]
+            self.modules[name] = mod
+            for fn in _extern_c_names(src):
+                self.functions[fn] = mod.get_function(fn)
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["functions"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _extern_c_names(src: str) -> list[str]:
+    import re
+
+    return re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', src)

@@ -1,0 +1,178 @@
+"""chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache.
+
+  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--json OUT]
+
+Fills the cache with frames (fifo) until every chunk runs with the cache full, then times >= 200
+chunks: host wall time launch -> results (what the robot sees) and device time between the graph's
+%globaltimer stamps. Reports p50/p99, per decode pass time and achieved GB/s (bytes that must be
+read: layer weights + 256 action rows + the KV the pass attends), the measured copy bandwidth and the
+floor (bytes / copy bandwidth).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def copy_bandwidth_gbps(cp, nbytes=2 << 30, reps=20) -> float:
+    a = cp.empty(nbytes // 4, cp.float32)
+    a.fill(1.0)
+    b = cp.empty_like(a)
+    for _ in range(3):
+        b[...] = a
+    cp.cuda.Device().synchronize()
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(reps):
+        e0.record()
+        cp.cuda.runtime.memcpyAsync(b.data.ptr, a.data.ptr, a.nbytes, cp.cuda.runtime.memcpyDeviceToDevice, 0)
+        e1.record()
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1))
+    del a, b
+    cp.get_default_memory_pool().free_all_blocks()
+    return 2 * nbytes / (np.median(ts) * 1e-3) / 1e9  # read + write
+
+
+class _Skip:
+    """Kernel table that turns the named kernels into no-ops (for leave-one-out timing)."""
+
+    def __init__(self, k, skip):
+        self.k, self.skip = k, set(skip)
+
+    def __getattr__(self, name):
+        return (lambda *a, **kw: None) if name in self.skip else getattr(self.k, name)
+
+
+def breakdown(cp, be, reps=50) -> dict:
+    """Device time of decode pass 4 captured alone, with kernel families left out (cache as left)."""
+    out = {}
+    variants = {"all": [], "no_attention": ["attn_partial", "attn_combine"], "no_gemv": ["dec_qkv", "dec_proj_residual",
+                "dec_gateup"], "no_gateup_down": ["dec_gateup", "dec_proj_residual"], "only_launch_skeleton": [
+                "attn_partial", "attn_combine", "dec_qkv", "dec_proj_residual", "dec_gateup", "lm_head_argmax"]}
+    real = be.k
+    s = be.stream
+    for name, skip in variants.items():
+        be.k = _Skip(real, skip)
+        s.begin_capture()
+        be._decode_pass(s, 4)
+        g = s.end_capture()
+        be.k = real
+        for _ in range(3):
+            g.launch(s)
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(s)
+        for _ in range(reps):
+            g.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        out[name] = round(cp.cuda.get_elapsed_time(e0, e1) / reps, 4)
+    return out
+
+
+def pct(a, q):
+    return float(np.percentile(np.asarray(a), q))
+
+
+def main(argv=None) -> int:
+    import cupy as cp
+
+    from ..constants import ACTION_TOKENS, ACTION_VOCAB
+    from ..cuda.backend import CudaBackend
+    from ..eviction import make_policy
+    from ..kv_cache import KvCache
+    from ..model.weights import load_weights
+
+    p = argparse.ArgumentParser(prog="chunk_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--capacity", type=int, default=4096)
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--chunks", type=int, default=300)
+    p.add_argument("--vram-ceiling-gb", type=float, default=8.0)
+    p.add_argument("--json")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time one decode pass as a graph with kernel families left out (differences = cost)")
+    a = p.parse_args(argv)
+
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    bw = copy_bandwidth_gbps(cp)
+    w = load_weights(a.model)
+    cfg = w.cfg
+    t0 = time.perf_counter()
+    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb)
+    rng = np.random.default_rng(0)
+    kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
+    be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
+    frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
+    fid = 0
+    # fill: every frame block used (cache full) + a few more chunks to warm up
+    while fid < kv.frame_capacity + 10:
+        plan = kv.plan_frame(fid)
+        r = be.run_chunk(frames[fid % 8], plan, cfg.vocab_size - 1)
+        kv.set_embedding(fid, r.pooled)
+        fid += 1
+    setup_s = time.perf_counter() - t0
+    host, devc, vis, pre, dec, passes, nkeys = [], [], [], [], [], [], []
+    for i in range(a.chunks):
+        plan = kv.plan_frame(fid)
+        r = be.run_chunk(frames[fid % 8], plan, cfg.vocab_size - 1)
+        kv.set_embedding(fid, r.pooled)
+        fid += 1
+        host.append(r.timings.total_ms)
+        devc.append(be.device_chunk_ms())
+        vis.append(r.timings.vision_ms)
+        pre.append(r.timings.prefill_ms)
+        dec.append(r.timings.decode_ms)
+        passes.append(be.last_pass_ms)
+        nkeys.append(plan.n_prefix + 32)
+    passes = np.asarray(passes)
+    H, I, L, NKV, D = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
+    layer_w = sum(be.layers[0][k].nbytes for k in ("wqkv", "wo", "wgu", "wd", "ln1", "ln2", "bqkv")) * L
+    head_b = ACTION_VOCAB * H * 2
+    kv_per_key = L * 2 * NKV * D * 2
+    n_mid = int(np.median(nkeys)) + 1 + ACTION_TOKENS // 2
+    pass_bytes = layer_w + head_b + kv_per_key * n_mid
+    pass_ms = float(np.median(passes))
+    pre_bytes = layer_w + kv_per_key * (int(np.median(nkeys)))
+    floor_pass_ms = pass_bytes / (bw * 1e9) * 1e3
+    floor_chunk_ms = (pre_bytes + ACTION_TOKENS * pass_bytes) / (bw * 1e9) * 1e3
+    res = {
+        "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
+        "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
+        "copy_GBps": round(bw, 1),
+        "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
+        "chunk_device_ms": {"p50": pct(devc, 50), "p99": pct(devc, 99)},
+        "vision_ms_p50": pct(vis, 50), "prefill_ms_p50": pct(pre, 50), "decode_ms_p50": pct(dec, 50),
+        "decode_pass_ms": {"p50": pass_ms, "p99": pct(passes, 99), "per_step_p50": np.median(passes, 0).round(4).tolist()},
+        "decode_pass_bytes": pass_bytes, "decode_pass_GBps": round(pass_bytes / (pass_ms * 1e-3) / 1e9, 1),
+        "decode_pass_frac_of_copy_bw": round(pass_bytes / (pass_ms * 1e-3) / 1e9 / bw, 3),
+        "prefill_GBps": round(pre_bytes / (pct(pre, 50) * 1e-3) / 1e9, 1),
+        "floor_pass_ms": round(floor_pass_ms, 4), "floor_chunk_ms": round(floor_chunk_ms, 3),
+        "vram_plan_bytes": be.plan, "vram_peak_bytes": be.peak_vram_bytes,
+    }
+    for k in ("chunk_host_ms", "chunk_device_ms"):
+        res[k] = {kk: round(v, 3) for kk, v in res[k].items()}
+    if a.breakdown:
+        res["breakdown_pass_ms"] = breakdown(cp, be)
+    print("RESULTS " + json.dumps(res))
+    print(f"\n| metric | value |\n|---|---|\n| device | {name} |\n| copy bandwidth | {bw:.0f} GB/s |")
+    print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
+    print(f"| chunk (device stamps) p50 / p99 | {res['chunk_device_ms']['p50']:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
+    print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / {res['decode_ms_p50']:.3f} ms |")
+    print(f"| decode pass p50 | {pass_ms:.4f} ms = {res['decode_pass_GBps']} GB/s ({100 * res['decode_pass_frac_of_copy_bw']:.1f} % of copy) |")
+    print(f"| floor: pass / chunk | {floor_pass_ms:.4f} / {floor_chunk_ms:.3f} ms |")
+    print(f"| VRAM plan total / peak | {be.plan['total'] / 2**30:.3f} / {be.peak_vram_bytes / 2**30:.3f} GiB |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
