@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 . scripts/env.sh
 . install/setup.bash
-exec vla-edge-demo "$@"
+# setup.cfg installs console scripts under lib/vla_edge_ros (where `ros2 run` looks), not on PATH.
+exec python3 -m vla_edge_ros.tools.demo "$@"

@@ -9,3 +9,6 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST
 export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 1 ))}"
 export PYTHONUNBUFFERED=1
 unset _root
+# One BLAS thread: the NumPy backend's matrices are small, and on a 2-core box a multi-threaded
+# OpenBLAS competing with the camera and DDS threads was measured ~40x slower per chunk.
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"

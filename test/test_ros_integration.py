@@ -1,0 +1,741 @@
+"""End-to-end: `vla_edge` and `vla-edge-replay` as separate OS processes over real DDS.
+
+Every test gets its own random ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST. The
+processes are started as ``python -m vla_edge_ros...`` so the tests work in-tree and installed.
+A listener node in the test process subscribes to the outputs. Rates are asserted over a window
+after warm-up; start-up timeouts are generous (a 2-core CI box).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
+from geometry_msgs.msg import TwistStamped  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
+from std_msgs.msg import Float32MultiArray  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+UDACITY = Path("/work/shared/data/bags/udacity_solidWhiteRight_jpeg")
+PERIOD_MS = 33.0
+RATE = 1000.0 / PERIOD_MS
+
+CYCLE_KEYS = {"source", "reason", "frame_seq", "frame_age_ms", "cycle_ms", "vision_ms", "prefill_ms", "decode_ms",
+              "chunk_ms", "tokens", "stamp_ns", "jitter_ms"}
+DIAG_KEYS = {"deadline_miss_rate", "overruns", "fallback_rate", "cycle_ms_p50", "cycle_ms_p95", "cycle_ms_p99",
+             "chunk_ms_p50", "chunk_ms_p95", "chunk_ms_p99", "ema_vision", "ema_prefill_per_token",
+             "ema_decode_per_token", "cache_fill", "policy", "vram_peak_mb", "camera_rate_hz", "frame_age_ms",
+             "frames_dropped", "frames_invalid"} | {f"fallback_rate_{r}" for r in
+                                                     ("no_frame", "stale_frame", "refused", "busy", "overrun")}
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers (also used by test_replay.py)
+# --------------------------------------------------------------------------------------------
+
+def ros_env(domain: int, extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(
+        ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1",
+        # one BLAS thread: the numpy backend must leave a core to DDS and the camera on a 2-core box
+        OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+    )
+    env.pop("ROS_LOCALHOST_ONLY", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+class Proc:
+    """A child process with its output in a log file, stopped with SIGINT (then SIGKILL)."""
+
+    def __init__(self, args: list[str], env: dict, log: Path):
+        self.log_path = log
+        self._log = open(log, "wb")
+        self.p = subprocess.Popen([sys.executable, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                  cwd=str(ROOT), start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def signal(self, sig) -> None:
+        if self.alive():
+            self.p.send_signal(sig)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.alive():
+            self.p.send_signal(signal.SIGCONT)
+            self.p.send_signal(signal.SIGINT)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(5)
+        self._log.close()
+        return self.p.returncode
+
+    def output(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+def kv(status) -> dict:
+    return {v.key: v.value for v in status.values}
+
+
+class Listener:
+    """Subscribes the outputs of vla_edge (and optionally the camera topic) in this process."""
+
+    def __init__(self, domain: int, ns: str = "/vla_edge"):
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx, domain_id=domain)
+        self.node = rclpy.create_node("test_listener", context=self.ctx)
+        self.lock = threading.Lock()
+        self.actions: list[tuple[float, int, TwistStamped]] = []
+        self.vectors: list[Float32MultiArray] = []
+        self.cycles: list[tuple[float, dict, int]] = []
+        self.diags: list[tuple[float, dict]] = []
+        self.debug: list[Image] = []
+        self.images: list[tuple[float, int]] = []
+        rel = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        n = self.node
+        n.create_subscription(TwistStamped, f"{ns}/action", self._on_action, rel)
+        n.create_subscription(Float32MultiArray, f"{ns}/action_vector", self._on_vector, rel)
+        n.create_subscription(DiagnosticStatus, f"{ns}/cycle", self._on_cycle, rel)
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.ex = SingleThreadedExecutor(context=self.ctx)
+        self.ex.add_node(n)
+        self._stop = False
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self):
+        while not self._stop and self.ctx.ok():
+            try:
+                self.ex.spin_once(timeout_sec=0.05)
+            except Exception:  # noqa: BLE001 - shutdown races
+                break
+
+    def _on_action(self, m):
+        with self.lock:
+            self.actions.append((time.monotonic(), m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec, m))
+
+    def _on_vector(self, m):
+        with self.lock:
+            self.vectors.append(m)
+
+    def _on_cycle(self, m):
+        with self.lock:
+            self.cycles.append((time.monotonic(), kv(m), m.level[0] if isinstance(m.level, bytes) else m.level))
+
+    def _on_diag(self, m):
+        vals = {}
+        for st in m.status:
+            vals.update(kv(st))
+        with self.lock:
+            self.diags.append((time.monotonic(), vals))
+
+    def subscribe_images(self, topic: str, compressed: bool, reliable: bool):
+        qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE) if reliable else qos_profile_sensor_data
+
+        def cb(m):
+            with self.lock:
+                self.images.append((time.monotonic(), m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec))
+
+        return self.node.create_subscription(CompressedImage if compressed else Image, topic, cb, qos)
+
+    def subscribe_debug(self, ns: str = "/vla_edge"):
+        return self.node.create_subscription(Image, f"{ns}/debug_image", lambda m: self.debug.append(m),
+                                             qos_profile_sensor_data)
+
+    def wait_for(self, pred, timeout: float, what: str):
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            with self.lock:
+                if pred():
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+    def actions_between(self, t0, t1):
+        with self.lock:
+            return [a for a in self.actions if t0 <= a[0] < t1]
+
+    def cycles_between(self, t0, t1):
+        with self.lock:
+            return [c for c in self.cycles if t0 <= c[0] < t1]
+
+    def last_diag(self) -> dict:
+        with self.lock:
+            return dict(self.diags[-1][1]) if self.diags else {}
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.ex.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.ctx)
+
+
+def rate_of(items, t0, t1) -> float:
+    return len([x for x in items if t0 <= x[0] < t1]) / (t1 - t0)
+
+
+def bag_stamps(path: Path) -> set[int]:
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    out = set()
+    with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as r:
+        for c, _, raw in r.messages():
+            try:
+                m = r.deserialize(raw, c.msgtype)
+            except Exception:  # noqa: BLE001
+                continue
+            out.add(m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A 1-layer hidden-256 model: ~5 ms a chunk with NumPy, so model actions fit the 33 ms deadline
+    even on a busy 2-core CI box (the 'tiny' preset takes ~20-30 ms there: too close to call)."""
+    from vla_edge_ros.model.config import ModelConfig
+    from vla_edge_ros.tools.make_model import make_model
+
+    d = tmp_path_factory.mktemp("models") / "micro"
+    cfg = ModelConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      intermediate_size=512, vocab_size=1024)
+    make_model(str(d), seed=0, cfg=cfg)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory):
+    from vla_edge_ros.tools.make_model import make_model
+
+    d = tmp_path_factory.mktemp("models") / "small"
+    make_model(str(d), preset="small", seed=0)
+    return str(d)
+
+
+@pytest.fixture
+def domain(monkeypatch):
+    d = random.randint(1, 100)  # 101-232 are fine too, but keep clear of the common low ids... any is ok
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(d))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)
+    return d
+
+
+@pytest.fixture
+def procs():
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def start_vla_edge(procs, domain, tmp_path, model, params: dict, remaps=(), name="vla_edge", extra_env=None):
+    args = ["-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file", str(ROOT / "config" / "vla_edge.yaml"),
+            "-p", f"model_path:={model}", "-p", "kv_capacity_tokens:=512"]
+    for k, v in params.items():
+        args += ["-p", f"{k}:={v}"]
+    for a, b in remaps:
+        args += ["-r", f"{a}:={b}"]
+    p = Proc(args, ros_env(domain, extra_env), tmp_path / f"{name}.log")
+    procs.append(p)
+    return p
+
+
+def start_replay(procs, domain, tmp_path, source, *extra, name="replay"):
+    p = Proc(["-m", "vla_edge_ros.tools.replay", str(source), *extra], ros_env(domain), tmp_path / f"{name}.log")
+    procs.append(p)
+    return p
+
+
+def check_common(lst: Listener, node: Proc, t0: float, t1: float, stamps: set[int]):
+    """Rate 30 +- 3 Hz, stamps from the source frames, keys of ~/cycle and /diagnostics."""
+    assert node.alive(), node.output()[-3000:]
+    acts = lst.actions_between(t0, t1)
+    rate = len(acts) / (t1 - t0)
+    assert abs(rate - RATE) <= 3.0, f"~/action at {rate:.1f} Hz, want {RATE:.1f} +- 3"
+    foreign = [s for _, s, _ in acts if s not in stamps]
+    assert not foreign, f"{len(foreign)}/{len(acts)} actions not stamped with a source frame's stamp: {foreign[:3]}"
+    cyc = lst.cycles_between(t0, t1)
+    assert cyc, "no ~/cycle"
+    missing = CYCLE_KEYS - set(cyc[-1][1])
+    assert not missing, f"~/cycle lacks {missing}"
+    for _, v, _ in cyc:
+        assert int(v["stamp_ns"]) in stamps
+    d = lst.last_diag()
+    missing = DIAG_KEYS - set(d)
+    assert not missing, f"/diagnostics lacks {missing}"
+    with lst.lock:
+        vec = lst.vectors[-1]
+    assert [dim.label for dim in vec.layout.dim][:6] == ["linear_x", "linear_y", "linear_z", "angular_x",
+                                                           "angular_y", "angular_z"]
+    assert len(vec.data) == 8
+    return acts, cyc
+
+
+def reasons(cycles) -> collections.Counter:
+    return collections.Counter(v["reason"] for _, v, _ in cycles)
+
+
+# --------------------------------------------------------------------------------------------
+# tests
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not UDACITY.is_dir(), reason=f"{UDACITY} not present")
+def test_udacity_compressed_bag(domain, tmp_path, procs, tiny_model):
+    stamps = bag_stamps(UDACITY)
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model,
+                          {"transport": "compressed", "qos_reliability": "reliable"},
+                          remaps=[("image/compressed", "/camera/image_raw/compressed")],
+                          extra_env={"FASTRTPS_DEFAULT_PROFILES_FILE": str(ROOT / "config" / "fastdds_shm.xml")})
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 5, 60, "the first actions of vla_edge")
+        start_replay(procs, domain, tmp_path, UDACITY, "--loop", "--reliable")
+        lst.wait_for(lambda: any(v["reason"] in ("fresh", "repeat", "refused") for _, v, _ in lst.cycles), 30,
+                     "cycles on camera frames")
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        time.sleep(5.0)
+        t1 = time.monotonic()
+        acts, cyc = check_common(lst, node, t0, t1, stamps)
+        r = reasons(cyc)
+        assert r["fresh"] + r["repeat"] > 0, f"no model action in the window: {r}"
+        d = lst.last_diag()
+        assert 20.0 <= float(d["camera_rate_hz"]) <= 30.0, d["camera_rate_hz"]  # the bag is 25 Hz
+        assert d["transport"] == "compressed" and int(d["frames_invalid"]) == 0
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
+def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, tiny_model):
+    from vla_edge_ros.tools.replay import make_test_bag
+
+    bag = make_test_bag(tmp_path / "bag", frames=60, fps=30.0, storage="sqlite3")
+    stamps = bag_stamps(bag)
+    max_age = 100.0
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"max_frame_age_ms": max_age},
+                          remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.cycles) > 10, 60, "the first cycles of vla_edge")
+        # no camera yet: fallbacks with no_frame at the cycle rate, stamped "now"
+        time.sleep(1.0)
+        t = time.monotonic()
+        pre = lst.cycles_between(t - 1.0, t)
+        assert reasons(pre).keys() == {"no_frame"} and all(lv == 1 for *_, lv in pre), reasons(pre)
+        assert abs(rate_of(lst.actions, t - 1.0, t) - RATE) <= 3.0
+
+        replay = start_replay(procs, domain, tmp_path, bag, "--loop")
+        lst.wait_for(lambda: any(v["reason"] == "fresh" for _, v, _ in lst.cycles), 30, "a fresh model action")
+        dbg = lst.subscribe_debug()
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        time.sleep(4.0)
+        t1 = time.monotonic()
+        acts, cyc = check_common(lst, node, t0, t1, stamps)
+        r = reasons(cyc)
+        assert r["fresh"] > 0, r
+        lst.wait_for(lambda: len(lst.debug) > 0, 10, "~/debug_image while subscribed")
+        lst.node.destroy_subscription(dbg)
+        assert lst.debug[-1].encoding == "rgb8" and lst.debug[-1].width == 512
+
+        # the camera stops (SIGSTOP freezes the replay process)
+        replay.signal(signal.SIGSTOP)
+        t_stop = time.monotonic()
+        time.sleep(2.0)
+        t2 = time.monotonic()
+        stopped = lst.cycles_between(t_stop, t2)
+        first_stale = next(i for i, (_, v, _) in enumerate(stopped) if v["reason"] in ("stale_frame", "no_frame"))
+        # until the last frame is max_frame_age old the loop may still run on it; from then on every
+        # cycle is stale_frame, the first one within 2 cycles of crossing the age limit
+        age_first_stale = float(stopped[first_stale][1]["frame_age_ms"])
+        assert max_age < age_first_stale <= max_age + 2 * PERIOD_MS, age_first_stale
+        after = stopped[first_stale:]
+        assert all(v["reason"] == "stale_frame" and v["source"] == "fallback" for _, v, _ in after), reasons(after)
+        for _, v, _ in stopped:
+            if float(v["frame_age_ms"]) > max_age:
+                assert v["reason"] == "stale_frame", v
+        assert abs(rate_of(lst.actions, t_stop + 0.5, t2) - RATE) <= 3.0, "fallbacks must keep the cycle rate"
+        d = lst.last_diag()
+        assert int(d["fallback_stale_frame"]) > 0 and float(d["fallback_rate_stale_frame"]) > 0
+
+        # the camera comes back: model actions resume
+        replay.signal(signal.SIGCONT)
+        t_back = time.monotonic()
+        lst.wait_for(lambda: any(c[0] > t_back and c[1]["reason"] == "fresh" for c in lst.cycles), 15,
+                     "model actions after the camera came back")
+        time.sleep(1.0)
+        t3 = time.monotonic()
+        r = reasons(lst.cycles_between(t3 - 1.0, t3))
+        assert r["fresh"] + r["repeat"] > 0 and r["stale_frame"] == 0, r
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
+def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
+    from vla_edge_ros.tools.replay import make_test_bag
+
+    bag = make_test_bag(tmp_path / "bag", frames=30, fps=30.0)
+    stamps = bag_stamps(bag)
+    # warmup_chunks 0: the admission EMAs start empty, so the first chunk is admitted and overruns;
+    # after that the measured cost makes admission refuse.
+    node = start_vla_edge(procs, domain, tmp_path, small_model, {"warmup_chunks": 0, "reprobe_after_s": 1.0},
+                          remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.cycles) > 5, 90, "the first cycles of vla_edge")
+        start_replay(procs, domain, tmp_path, bag, "--loop")
+        lst.wait_for(lambda: any(v["reason"] == "overrun" for _, v, _ in lst.cycles), 30, "an overrun")
+        lst.wait_for(lambda: any(v["reason"] == "refused" for _, v, _ in lst.cycles), 30, "a refusal")
+        t0 = time.monotonic()
+        time.sleep(5.0)
+        t1 = time.monotonic()
+        acts, cyc = check_common(lst, node, t0, t1, stamps)
+        r = reasons(cyc)
+        assert all(v["source"] == "fallback" for _, v, _ in cyc), f"the slow model never makes the deadline: {r}"
+        # "repeat" here is a fallback: no new frame since the last (background probe) chunk
+        assert set(r) <= {"refused", "busy", "overrun", "repeat"} and r["refused"] > 0, r
+        with lst.lock:
+            allc = [v for _, v, _ in lst.cycles]
+        cms = np.array([float(v["cycle_ms"]) for v in allc])
+        p99 = float(np.percentile(cms, 99))
+        assert p99 <= PERIOD_MS + 3.0, f"publish - tick p99 {p99:.2f} ms"
+        sched = np.array([float(v["since_scheduled_tick_ms"]) for v in allc])  # timer lateness included
+        assert float(np.percentile(sched, 99)) <= PERIOD_MS + 3.0, f"publish - scheduled tick p99 {sched}"
+        idx = [int(v["cycle"]) for v in allc]
+        assert idx == list(range(idx[0], idx[0] + len(idx))), "a cycle published nothing"
+        over = [float(v["cycle_ms"]) for v in allc if v["reason"] == "overrun"]
+        # an overrun is published when the wait ends (deadline - margin); allow for a descheduled
+        # thread on a loaded 2-core box, the p99 above is the requirement
+        assert all(ms <= PERIOD_MS + 10.0 for ms in over), over
+        d = lst.last_diag()
+        assert int(d["overruns"]) >= 1 and int(d["fallback_refused"]) > 0
+        # misses can only come from overruns (probes) whose wake-up was delayed past the 2 ms margin
+        assert float(d["deadline_miss_rate"]) <= 0.05, d["deadline_miss_rate"]
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
+def _bad_raw_images():
+    """(kind, Image) pairs that must be dropped and counted."""
+    def img(h=48, w=64, enc="rgb8", step=None, n=None):
+        m = Image()
+        m.height, m.width, m.encoding = h, w, enc
+        m.step = w * 3 if step is None else step
+        m.data = bytes((h * m.step) if n is None else n)
+        return m
+    return [("encoding", img(enc="rgb9")), ("data", img(n=100)), ("step", img(step=10)),
+            ("size", img(h=0, w=0, n=0)), ("size", img(h=100000, w=100000, n=16))]
+
+
+@pytest.mark.parametrize("transport", ["raw", "compressed"])
+def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, tiny_model, transport):
+    from vla_edge_ros.nodes.image_convert import encode_jpeg
+    from vla_edge_ros.tools.replay import synthetic_frame
+
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"transport": transport})
+    lst = Listener(domain)
+    n = lst.node
+    if transport == "raw":
+        pub = n.create_publisher(Image, "/image", 10)
+        bad = _bad_raw_images()
+    else:
+        pub = n.create_publisher(CompressedImage, "/image/compressed", 10)
+        bad = [("decode", CompressedImage(format="jpeg", data=b"\xff\xd8\xff\xe0 this is not a jpeg")),
+               ("decode", CompressedImage(format="jpeg", data=bytes(range(256)) * 8)),
+               ("data", CompressedImage(format="jpeg", data=b""))]
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 5, 60, "the first actions of vla_edge")
+        lst.wait_for(lambda: pub.get_subscription_count() > 0, 20, "the camera subscription")
+        good_stamps = set()
+        sent_bad = collections.Counter()
+        t_end = time.monotonic() + 5.0
+        i = 0
+        while time.monotonic() < t_end:
+            stamp = 1_000_000_000 + i * 33_000_000
+            rgb = synthetic_frame(i, 120, 160)
+            if transport == "raw":
+                m = Image(height=120, width=160, encoding="rgb8", step=480, data=rgb.tobytes())
+            else:
+                m = CompressedImage(format="jpeg", data=encode_jpeg(rgb))
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(stamp, 1_000_000_000)
+            pub.publish(m)
+            good_stamps.add(stamp)
+            kind, b = bad[i % len(bad)]
+            b.header.stamp.sec = 7  # never a good stamp
+            pub.publish(b)
+            sent_bad[kind] += 1
+            i += 1
+            time.sleep(1 / 30)
+        lst.wait_for(lambda: lst.diags and lst.diags[-1][0] > t_end + 0.5, 10, "diagnostics after the burst")
+        assert node.alive(), node.output()[-3000:]
+        d = lst.last_diag()
+        assert int(d["frames_invalid"]) >= 0.8 * sum(sent_bad.values()), (d["frames_invalid"], sent_bad)
+        for kind in sent_bad:
+            assert int(d[f"invalid_{kind}"]) > 0, (kind, d)
+        assert int(d["frames_valid"]) > 0
+        # actions kept flowing, stamped with good frames only (or "now" before the first good one)
+        acts = lst.actions_between(t_end - 3.0, t_end)
+        assert abs(len(acts) / 3.0 - RATE) <= 3.0
+        assert all(s in good_stamps for _, s, _ in acts)
+        assert "dropped a frame" in node.output()
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
+def test_impossible_parameters_exit_with_one_message(domain, tmp_path, tiny_model):
+    env = ros_env(domain)
+    base = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file",
+            str(ROOT / "config" / "vla_edge.yaml")]
+    cases = [
+        ([], "model_path is empty"),
+        (["-p", f"model_path:={tmp_path / 'nope'}"], "no such directory"),
+        (["-p", f"model_path:={tiny_model}", "-p", "period_ms:=2.0"], "must be greater than safety_margin_ms"),
+        (["-p", f"model_path:={tiny_model}", "-p", "policy:=lru"], "policy='lru' is not one of"),
+        (["-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=50"], "kv_capacity_tokens=50 is too small"),
+        (["-p", f"model_path:={tiny_model}", "-p", "ema_alpha:=3.0"], "ema_alpha"),
+    ]
+    for extra, pattern in cases:
+        r = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+        assert r.returncode == 2, (extra, r.returncode, r.stderr[-2000:])
+        msgs = [ln for ln in r.stderr.splitlines() if ln.startswith("vla_edge:")]
+        assert len(msgs) == 1 and pattern in msgs[0], (extra, r.stderr[-2000:])
+
+
+def test_parameter_declarations_with_rclpy(domain, tmp_path):
+    from rcl_interfaces.msg import ParameterType
+
+    from vla_edge_ros.nodes import params as P
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain,
+               args=["--ros-args", "-p", "period_ms:=40", "-p", "twist_scale:=[1,2,3,4,5,6]"])
+    try:
+        node = rclpy.create_node("p1", context=ctx)
+        v = P.declare_and_read(node, P.REASONING_SPECS)
+        assert v["period_ms"] == 40.0 and isinstance(v["period_ms"], float)  # int accepted for a double
+        assert v["twist_scale"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        d = node.describe_parameter("ema_alpha")
+        assert d.type == ParameterType.PARAMETER_DOUBLE and d.read_only and d.description
+        assert d.floating_point_range[0].from_value == 0.001 and d.floating_point_range[0].to_value == 1.0
+        assert node.describe_parameter("kv_capacity_tokens").integer_range[0].from_value == 1
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain, args=["--ros-args", "-p", "ema_alpha:=7.0", "-p", "policy:=5"])
+    try:
+        node = rclpy.create_node("p2", context=ctx)
+        with pytest.raises(P.ParamError) as e:
+            P.declare_and_read(node, P.REASONING_SPECS)
+        assert "ema_alpha=7.0 is outside" in str(e.value) and "policy" in str(e.value)
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)
+
+
+class FakeEngine:
+    """Engine stand-in (2 ms a chunk) that raises while ``armed`` is set."""
+
+    def __init__(self, path, **kw):
+        import concurrent.futures
+
+        from vla_edge_ros.admission import PhaseTimings
+        from vla_edge_ros.engine import ChunkResult
+
+        self._PT, self._CR = PhaseTimings, ChunkResult
+        self.armed = threading.Event()
+        self.backend_name = "fake"
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._busy = threading.Event()
+        self.n = 0
+
+    @property
+    def busy(self):
+        return self._busy.is_set()
+
+    def run_chunk(self, frame):
+        time.sleep(0.002)
+        if self.armed.is_set():
+            raise RuntimeError("injected fault")
+        self.n += 1
+        return self._CR(tokens=np.arange(8), action=np.full(8, 0.5, np.float32),
+                        timings=self._PT(0.1, 0.5, 1.4, 2.0), frame_id=self.n, evicted=[], retained=[self.n],
+                        cache_tokens=56)
+
+    def submit(self, frame):
+        self._busy.set()
+        f = self._pool.submit(self.run_chunk, frame)
+        f.add_done_callback(lambda _: self._busy.clear())
+        return f
+
+    def warmup(self, chunks=3):
+        return [self.run_chunk(None).timings for _ in range(chunks)]
+
+    def stats(self):
+        return {"capacity": 512, "used_tokens": 56, "frames_retained": 1, "prompt_tokens": 16}
+
+    def close(self):
+        self._pool.shutdown()
+
+
+def test_engine_error_becomes_an_error_fallback(domain, tiny_model):
+    """In-process: an engine that raises gives engine_error fallbacks (ERROR), never a dead timer."""
+    from vla_edge_ros.frame_buffer import FrameBuffer
+    from vla_edge_ros.nodes.reasoning_node import ReasoningNode
+
+    engines = []
+
+    def factory(path, **kw):
+        engines.append(FakeEngine(path, **kw))
+        return engines[-1]
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain,
+               args=["--ros-args", "-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=512"])
+    fb = FrameBuffer()
+    node = ReasoningNode(fb, engine_factory=factory, context=ctx)
+    got = []
+    lst = rclpy.create_node("l", context=ctx)
+    lst.create_subscription(DiagnosticStatus, "/vla_edge/cycle", lambda m: got.append((kv(m), m.level)),
+                            QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    ex.add_node(lst)
+    stop = threading.Event()
+
+    def camera():
+        i = 0
+        while not stop.is_set():
+            fb.publish(np.full((64, 128, 3), i % 256, np.uint8), 1_000 + i)
+            i += 1
+            time.sleep(1 / 30)
+
+    threads = [threading.Thread(target=camera, daemon=True),
+               threading.Thread(target=lambda: [ex.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set, True)],
+                                daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        def wait(pred, timeout, what):
+            t_end = time.monotonic() + timeout
+            while time.monotonic() < t_end and not pred():
+                time.sleep(0.05)
+            assert pred(), what
+
+        wait(lambda: any(v["reason"] == "fresh" for v, _ in got), 20, "fresh actions")
+        armed = engines[0].armed
+        armed.set()
+        n0 = len(got)
+        wait(lambda: sum(v["reason"] == "engine_error" for v, _ in got[n0:]) >= 3, 10, "engine_error fallbacks")
+        errs = [(v, lv) for v, lv in got[n0:] if v["reason"] == "engine_error"]
+        assert all(lv == DiagnosticStatus.ERROR and v["source"] == "fallback" and "injected fault" in v["error"]
+                   for v, lv in errs)
+        armed.clear()
+        n1 = len(got)
+        wait(lambda: any(v["reason"] == "fresh" for v, _ in got[n1:]), 10, "recovery after the fault")
+        d = node.diagnostics_values()[0]
+        assert d["engine_errors"] >= 3 and d["fallback_engine_error"] >= 3
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(2)
+        node.stop()
+        ex.shutdown()
+        node.destroy_node()
+        lst.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_demo_runs_on_cpu(domain, tmp_path):
+    env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--seconds", "3", "--preset", "micro"],
+                       env=env, capture_output=True, text=True, timeout=180, cwd=str(ROOT))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = r.stdout
+    for needle in ("vla-edge-demo summary", "cycles", "model actions", "fallbacks", "action rate", "cycle latency"):
+        assert needle in out, out
+    rate = float(out.split("action rate")[1].split("Hz")[0])
+    assert abs(rate - RATE) <= 3.0, out
+    assert int(out.split("model actions")[1].split()[0]) > 0, out
+
+
+def test_launch_files():
+    import ast
+
+    import yaml
+
+    src = (ROOT / "launch" / "vla_edge.launch.py").read_text()
+    tree = ast.parse(src)
+    compile(src, "vla_edge.launch.py", "exec")
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    for needle in ('executable="vla_edge"', 'package="vla_edge_ros"', "FASTRTPS_DEFAULT_PROFILES_FILE",
+                   "fastdds_shm.xml", "vla_edge.yaml", '"model_path"', '"policy"', '"image_topic"'):
+        assert needle in src, needle
+    assert "name=" not in src.split("Node(")[1].split(")")[0].replace("value_type", ""), \
+        "a node name would rename both nodes of the process"
+    try:  # with a ROS install: build the description for real
+        import launch_ros  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("ld", ROOT / "launch" / "vla_edge.launch.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        assert mod.generate_launch_description().entities
+
+    doc = yaml.safe_load((ROOT / "launch" / "vla_edge.launch.yaml").read_text())
+    items = doc["launch"]
+    args = {i["arg"]["name"]: i["arg"] for i in items if "arg" in i}
+    assert {"image_topic", "model_path", "policy", "params_file"} <= set(args)
+    assert yaml.safe_load(args["model_path"]["default"]) == ""  # a quoted empty string, not null
+    env = [i["set_env"] for i in items if "set_env" in i]
+    assert env and env[0]["name"] == "FASTRTPS_DEFAULT_PROFILES_FILE" and env[0]["value"].endswith(
+        "/config/fastdds_shm.xml")
+    node = [i["node"] for i in items if "node" in i][0]
+    assert node["pkg"] == "vla_edge_ros" and node["exec"] == "vla_edge" and "name" not in node
+    assert any("from" in p and "vla_edge.yaml" in args["params_file"]["default"] for p in node["param"])
+    pnames = {p.get("name") for p in node["param"]}
+    assert {"model_path", "policy"} <= pnames
+    remaps = {r["from"]: r["to"] for r in node["remap"]}
+    assert remaps["image"] == "$(var image_topic)" and remaps["image/compressed"] == "$(var image_topic)/compressed"
+
+    import xml.etree.ElementTree as ET
+
+    x = ET.parse(ROOT / "config" / "fastdds_shm.xml").getroot()
+    ns = {"d": "http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"}
+    seg = x.find(".//d:transport_descriptor[d:type='SHM']/d:segment_size", ns)
+    assert seg is not None and int(seg.text) == 8 * 1024 * 1024
+    assert x.find(".//d:participant[@is_default_profile='true']", ns) is not None

@@ -1,0 +1,144 @@
+"""vla_edge: CameraNode + ReasoningNode in one process, sharing one FrameBuffer (DESIGN.md §3).
+
+Each node spins on its own SingleThreadedExecutor in its own thread, so a slow reasoning step can
+never stall the camera callback.  SIGINT / SIGTERM stop both cleanly (timers cancelled, engine
+worker drained, nodes destroyed, context shut down).  Impossible parameters print one message and
+exit with status 2.
+
+    vla_edge --ros-args --params-file config/vla_edge.yaml -r image:=/camera/image_raw
+    python -m vla_edge_ros.nodes.bringup --ros-args -p make_tiny_model:=true
+
+Launch files must not set a node ``name``: ``__node:=`` would rename both nodes of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+EXIT_BAD_PARAMS = 2
+EXIT_STARTUP = 3
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread unless the user chose otherwise (before NumPy loads).
+
+    The NumPy backend's matrices are small; on a 2-core box a multi-threaded OpenBLAS competing with
+    the camera, DDS and other processes was measured 40x slower (180 ms vs 4 ms a chunk), and it
+    starves the timer thread.  Set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS to override.
+    """
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
+def main(argv=None) -> int:
+    if "numpy" not in sys.modules:
+        limit_blas_threads()
+    # A thread waiting for the GIL gets it after at most this long: the reasoning timer must not
+    # sit 5 ms (the default) behind the engine worker or the camera callback.
+    sys.setswitchinterval(0.0005)
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from ..frame_buffer import FrameBuffer
+    from .camera_node import CameraNode
+    from .params import ParamError
+    from .reasoning_node import ReasoningNode, StartupError
+
+    args = sys.argv if argv is None else argv
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+    fb = FrameBuffer()
+    camera = reasoning = None
+    try:
+        try:
+            camera = CameraNode(fb)
+        except ParamError as cam_err:
+            # report the reasoning node's parameter problems in the same message
+            try:
+                ReasoningNode(fb, validate_only=True).destroy_node()
+            except ParamError as e:
+                raise ParamError(f"{cam_err}; {e}") from None
+            raise
+        reasoning = ReasoningNode(fb, camera=camera)
+    except ParamError as e:
+        print(f"vla_edge: invalid parameters: {e}", file=sys.stderr, flush=True)
+        _teardown(rclpy, [camera, reasoning])
+        return EXIT_BAD_PARAMS
+    except StartupError as e:
+        print(f"vla_edge: {e}", file=sys.stderr, flush=True)
+        _teardown(rclpy, [camera, reasoning])
+        return EXIT_STARTUP
+    except KeyboardInterrupt:
+        _teardown(rclpy, [camera, reasoning])
+        return 130
+    if stop.is_set():  # a signal arrived during warm-up
+        _teardown(rclpy, [camera, reasoning])
+        return 0
+
+    executors = []
+    threads = []
+    for name, node in (("camera", camera), ("reasoning", reasoning)):
+        ex = SingleThreadedExecutor()
+        ex.add_node(node)
+        t = threading.Thread(target=_spin, args=(ex, stop, name), name=f"exec-{name}", daemon=True)
+        executors.append(ex)
+        threads.append(t)
+    for t in threads:
+        t.start()
+    camera.start()
+    reasoning.get_logger().info("vla_edge running (camera and reasoning executors started)")
+    try:
+        while not stop.wait(0.2):
+            if not all(t.is_alive() for t in threads):
+                print("vla_edge: an executor thread stopped unexpectedly", file=sys.stderr, flush=True)
+                break
+    except KeyboardInterrupt:
+        pass
+    stop.set()
+    reasoning.stop()
+    for ex in executors:
+        ex.shutdown(timeout_sec=2.0)
+    for t in threads:
+        t.join(timeout=2.0)
+    _teardown(rclpy, [camera, reasoning])
+    return 0
+
+
+def _spin(executor, stop: threading.Event, name: str) -> None:
+    from rclpy.executors import ExternalShutdownException
+
+    try:
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+    except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
+        print(f"vla_edge: {name} executor failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        stop.set()
+
+
+def _teardown(rclpy, nodes) -> None:
+    for n in nodes:
+        if n is None:
+            continue
+        try:
+            if hasattr(n, "stop"):
+                n.stop()
+            n.destroy_node()
+        except Exception:  # noqa: BLE001
+            pass
+    rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

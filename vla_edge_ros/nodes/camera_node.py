@@ -1,0 +1,174 @@
+"""CameraNode: camera topic -> FrameBuffer (DESIGN.md §3).
+
+Subscribes ``image`` (sensor_msgs/Image, ``transport: raw``) or ``image/compressed``
+(sensor_msgs/CompressedImage, ``transport: compressed``), converts to uint8 RGB 64x128 (area
+resize) and publishes into the shared FrameBuffer with the header stamp and the monotonic receive
+time.  It never waits for the reasoning side.  A malformed message is dropped, counted by cause
+and reported in a throttled warning; the node never dies on input.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+
+import rclpy
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CompressedImage, Image
+
+from ..frame_buffer import FrameBuffer
+from .image_convert import ImageError, compressed_msg_to_rgb, image_msg_to_rgb
+from .params import CAMERA_SPECS, declare_and_read, validate_camera
+
+RATE_WINDOW_S = 2.0
+STALL_S = 0.5  # no frame for this long: the camera rate reads 0
+
+
+def stamp_to_ns(stamp) -> int:
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def image_qos(reliability: str, depth: int) -> QoSProfile:
+    """Sensor-data QoS (best effort, keep last, volatile) or its reliable variant for bag replay."""
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=int(depth),
+        reliability=ReliabilityPolicy.RELIABLE if reliability == "reliable" else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
+class CameraNode(Node):
+    def __init__(self, frame_buffer: FrameBuffer, node_name: str = "vla_camera", **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.fb = frame_buffer
+        self.p = validate_camera(declare_and_read(self, CAMERA_SPECS))
+        self._lock = threading.Lock()
+        self.received = 0
+        self.valid = 0
+        self.invalid = 0
+        self.invalid_by_kind: dict[str, int] = {}
+        self.convert_ms_last = 0.0
+        self._recv_times: deque[float] = deque(maxlen=1024)
+        self._last_warn = -1e9
+        self._suppressed = 0
+        self.sub = None
+
+    def start(self) -> None:
+        """Subscribe to the camera (bringup calls this once the reasoning side is warmed up)."""
+        if self.sub is not None:
+            return
+        qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
+        if self.p["transport"] == "compressed":
+            self.sub = self.create_subscription(CompressedImage, "image/compressed", self._on_compressed, qos)
+        else:
+            self.sub = self.create_subscription(Image, "image", self._on_raw, qos)
+        self.get_logger().info(
+            f"subscribed {self.sub.topic_name} [{self.p['transport']}, {self.p['qos_reliability']}, "
+            f"depth {self.p['qos_depth']}] -> FrameBuffer {self.fb.shape}"
+        )
+
+    # --- callbacks ---------------------------------------------------------------------------------
+
+    def _on_raw(self, msg: Image) -> None:
+        self._handle(msg, image_msg_to_rgb)
+
+    def _on_compressed(self, msg: CompressedImage) -> None:
+        self._handle(msg, compressed_msg_to_rgb)
+
+    def _handle(self, msg, convert) -> None:
+        recv = time.monotonic()
+        with self._lock:
+            self.received += 1
+            self._recv_times.append(recv)
+        try:
+            rgb = convert(msg)
+            self.fb.publish(rgb, stamp_to_ns(msg.header.stamp), recv)
+        except ImageError as e:
+            self._drop(e.kind, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - the camera callback must survive anything the input does
+            self._drop("other", f"{type(e).__name__}: {e}")
+            return
+        done = time.monotonic()
+        with self._lock:
+            self.valid += 1
+            self.convert_ms_last = (done - recv) * 1000.0
+
+    def _drop(self, kind: str, why: str) -> None:
+        with self._lock:
+            self.invalid += 1
+            self.invalid_by_kind[kind] = self.invalid_by_kind.get(kind, 0) + 1
+            now = time.monotonic()
+            if now - self._last_warn < self.p["warn_throttle_s"]:
+                self._suppressed += 1
+                return
+            suppressed, self._suppressed = self._suppressed, 0
+            self._last_warn = now
+            total = self.invalid
+        more = f" (+{suppressed} more since the last warning)" if suppressed else ""
+        self.get_logger().warning(f"dropped a frame: {why}{more}; {total} invalid so far")
+
+    # --- statistics (read from the diagnostics thread) ----------------------------------------------
+
+    def rate_hz(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            ts = [t for t in self._recv_times if now - t <= RATE_WINDOW_S]
+        if len(ts) < 2 or now - ts[-1] > STALL_S:
+            return 0.0
+        return (len(ts) - 1) / max(1e-6, ts[-1] - ts[0])
+
+    def stats(self) -> dict:
+        rate = self.rate_hz()
+        with self._lock:
+            return {
+                "transport": self.p["transport"],
+                "topic": self.sub.topic_name if self.sub is not None else "",
+                "received": self.received,
+                "valid": self.valid,
+                "invalid": self.invalid,
+                "invalid_by_kind": dict(self.invalid_by_kind),
+                "rate_hz": rate,
+                "convert_ms_last": self.convert_ms_last,
+            }
+
+
+def main(argv=None) -> int:
+    """Run the camera node alone (no reasoning): useful to check a camera topic and its rate."""
+    from rclpy.executors import ExternalShutdownException
+
+    from .params import ParamError
+
+    rclpy.init(args=sys.argv if argv is None else argv)
+    fb = FrameBuffer()
+    try:
+        node = CameraNode(fb)
+    except ParamError as e:
+        print(f"camera_node: invalid parameters: {e}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+
+    def report():
+        s = node.stats()
+        node.get_logger().info(
+            f"{s['rate_hz']:.1f} Hz, {s['valid']} valid, {s['invalid']} invalid {s['invalid_by_kind']}"
+        )
+
+    node.start()
+    node.create_timer(2.0, report)
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

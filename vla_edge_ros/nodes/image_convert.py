@@ -1,0 +1,296 @@
+"""Camera message -> model frame: validation and conversion (uint8 RGB, 64x128, area resize).
+
+ROS-free on purpose: the functions take any object with the fields of ``sensor_msgs/Image``
+(``height, width, encoding, is_bigendian, step, data``) or ``sensor_msgs/CompressedImage``
+(``format, data``), so they are unit-testable without rclpy.  cv_bridge is used when it is
+importable (it is in a ROS install) for the conversions it does correctly; the step-aware,
+byte-order-aware numpy path below handles what the PyPI port gets wrong (padded rows, big-endian
+16-bit data under NumPy 2) and is the fallback when cv_bridge is absent.
+
+Every malformed input raises :class:`ImageError` with a short, specific message and a ``kind``
+(``encoding`` | ``size`` | ``step`` | ``data`` | ``decode``) so that the camera node can count drops
+by cause; nothing else escapes :func:`image_msg_to_rgb` / :func:`compressed_msg_to_rgb`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # optional: the ROS 2 (or PyPI port) cv_bridge
+    from cv_bridge import CvBridge as _CvBridge  # type: ignore
+except Exception:  # noqa: BLE001 - any import problem means "no cv_bridge"
+    _CvBridge = None
+
+import cv2
+
+from ..constants import FRAME_H, FRAME_W
+
+# Largest accepted side and pixel count: anything above is treated as a corrupt header, not a camera.
+MAX_SIDE = 16384
+MAX_PIXELS = 64 * 1024 * 1024
+MAX_COMPRESSED_BYTES = 64 * 1024 * 1024
+
+# encoding -> (numpy dtype, channels)
+ENCODINGS: dict[str, tuple[np.dtype, int]] = {
+    "rgb8": (np.dtype(np.uint8), 3),
+    "bgr8": (np.dtype(np.uint8), 3),
+    "rgba8": (np.dtype(np.uint8), 4),
+    "bgra8": (np.dtype(np.uint8), 4),
+    "mono8": (np.dtype(np.uint8), 1),
+    "8UC1": (np.dtype(np.uint8), 1),
+    "8UC3": (np.dtype(np.uint8), 3),  # OpenCV convention: BGR
+    "8UC4": (np.dtype(np.uint8), 4),  # OpenCV convention: BGRA
+    "rgb16": (np.dtype(np.uint16), 3),
+    "bgr16": (np.dtype(np.uint16), 3),
+    "rgba16": (np.dtype(np.uint16), 4),
+    "bgra16": (np.dtype(np.uint16), 4),
+    "mono16": (np.dtype(np.uint16), 1),
+    "16UC1": (np.dtype(np.uint16), 1),
+    "bayer_rggb8": (np.dtype(np.uint8), 1),
+    "bayer_bggr8": (np.dtype(np.uint8), 1),
+    "bayer_gbrg8": (np.dtype(np.uint8), 1),
+    "bayer_grbg8": (np.dtype(np.uint8), 1),
+    "yuv422": (np.dtype(np.uint8), 2),  # UYVY
+    "uyvy": (np.dtype(np.uint8), 2),
+    "yuv422_yuy2": (np.dtype(np.uint8), 2),  # YUYV
+    "yuyv": (np.dtype(np.uint8), 2),
+}
+
+_TO_RGB = {
+    "rgb8": None,
+    "bgr8": cv2.COLOR_BGR2RGB,
+    "8UC3": cv2.COLOR_BGR2RGB,
+    "rgba8": cv2.COLOR_RGBA2RGB,
+    "bgra8": cv2.COLOR_BGRA2RGB,
+    "8UC4": cv2.COLOR_BGRA2RGB,
+    "mono8": cv2.COLOR_GRAY2RGB,
+    "8UC1": cv2.COLOR_GRAY2RGB,
+    "rgb16": None,
+    "bgr16": cv2.COLOR_BGR2RGB,
+    "rgba16": cv2.COLOR_RGBA2RGB,
+    "bgra16": cv2.COLOR_BGRA2RGB,
+    "mono16": cv2.COLOR_GRAY2RGB,
+    "16UC1": cv2.COLOR_GRAY2RGB,
+    # OpenCV names Bayer patterns by the second row's first two pixels: ROS rggb == OpenCV BG.
+    "bayer_rggb8": cv2.COLOR_BayerBG2RGB,
+    "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
+    "bayer_gbrg8": cv2.COLOR_BayerGR2RGB,
+    "bayer_grbg8": cv2.COLOR_BayerGB2RGB,
+    "yuv422": cv2.COLOR_YUV2RGB_UYVY,
+    "uyvy": cv2.COLOR_YUV2RGB_UYVY,
+    "yuv422_yuy2": cv2.COLOR_YUV2RGB_YUY2,
+    "yuyv": cv2.COLOR_YUV2RGB_YUY2,
+}
+
+
+class ImageError(ValueError):
+    """A camera message that cannot become a frame.  ``kind`` names the cause for counting."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _bytes_view(data) -> memoryview:
+    """Zero-copy byte view of a message's ``data`` (bytes, bytearray, array.array('B'), list, ndarray)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return memoryview(data).cast("B")
+    if isinstance(data, np.ndarray):
+        return memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1))
+    try:
+        return memoryview(data).cast("B")  # array.array('B') as rclpy gives for uint8[]
+    except TypeError:
+        try:
+            return memoryview(np.asarray(data, dtype=np.uint8))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ImageError("data", f"image data is not a byte sequence ({type(data).__name__})") from e
+
+
+def check_size(height: int, width: int) -> None:
+    """Zero or absurd dimensions: raise ImageError('size', ...)."""
+    if height <= 0 or width <= 0:
+        raise ImageError("size", f"empty image {width}x{height}")
+    if height > MAX_SIDE or width > MAX_SIDE or height * width > MAX_PIXELS:
+        raise ImageError("size", f"absurd image size {width}x{height} (max side {MAX_SIDE})")
+
+
+def validate_image(msg) -> tuple[np.dtype, int]:
+    """Check a raw Image's header against its data.  Returns (dtype, channels).  Raises ImageError."""
+    enc = str(msg.encoding)
+    if enc not in ENCODINGS:
+        raise ImageError("encoding", f"unsupported encoding '{enc}'")
+    dtype, ch = ENCODINGS[enc]
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    check_size(h, w)
+    if enc in ("yuv422", "uyvy", "yuv422_yuy2", "yuyv") and w % 2:
+        raise ImageError("size", f"{enc} needs an even width, got {w}")
+    if enc.startswith("bayer_") and (w < 2 or h < 2):
+        raise ImageError("size", f"{enc} needs at least 2x2 pixels, got {w}x{h}")
+    row = w * ch * dtype.itemsize
+    if step < row:
+        raise ImageError("step", f"step {step} < width*channels*bytes = {row} for {enc} {w}x{h}")
+    if step > row + 4096 and step > 2 * row:
+        raise ImageError("step", f"step {step} is implausible for a {row}-byte row ({enc} {w}x{h})")
+    if dtype.itemsize > 1 and step % dtype.itemsize:
+        raise ImageError("step", f"step {step} is not a multiple of {dtype.itemsize} for {enc}")
+    n = len(_bytes_view(msg.data))
+    need = step * (h - 1) + row  # the last row's padding may be absent
+    if n < need:
+        raise ImageError("data", f"truncated data: {n} bytes, need {step * h} ({enc} {w}x{h}, step {step})")
+    if n > step * h:
+        raise ImageError("data", f"data length {n} != step*height = {step * h}")
+    return dtype, ch
+
+
+def _raw_array(msg, dtype: np.dtype, ch: int) -> np.ndarray:
+    """Step-aware, byte-order-aware numpy view (H, W[, C]) of a validated Image."""
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    buf = _bytes_view(msg.data)
+    dt = dtype.newbyteorder(">" if msg.is_bigendian else "<") if dtype.itemsize > 1 else dtype
+    shape = (h, w, ch) if ch > 1 else (h, w)
+    strides = (step, ch * dt.itemsize, dt.itemsize) if ch > 1 else (step, dt.itemsize)
+    arr = np.ndarray(shape=shape, dtype=dt, buffer=buf, strides=strides)
+    if dtype.itemsize > 1:
+        arr = arr.astype(dtype.newbyteorder("="), copy=True)
+    return arr
+
+
+_bridge = None
+
+
+def _cv_bridge():
+    global _bridge
+    if _bridge is None and _CvBridge is not None:
+        _bridge = _CvBridge()
+    return _bridge
+
+
+def to_model_frame(img: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """RGB uint8 (H, W, 3) of any size -> (FRAME_H, FRAME_W, 3) with area interpolation (no crop)."""
+    if img.shape[0] == FRAME_H and img.shape[1] == FRAME_W:
+        res = np.ascontiguousarray(img)
+    else:
+        res = cv2.resize(img, (FRAME_W, FRAME_H), interpolation=cv2.INTER_AREA)
+    if out is not None:
+        np.copyto(out, res)
+        return out
+    return res
+
+
+def _to_rgb8(img: np.ndarray, enc: str) -> np.ndarray:
+    code = _TO_RGB[enc]
+    if img.dtype == np.uint16:
+        img = (img >> 8).astype(np.uint8)
+    if code is not None:
+        img = cv2.cvtColor(np.ascontiguousarray(img), code)
+    return img
+
+
+def image_msg_to_rgb(msg, resize: bool = True) -> np.ndarray:
+    """sensor_msgs/Image -> uint8 RGB (64, 128, 3) (or full size with resize=False).  Raises ImageError."""
+    dtype, ch = validate_image(msg)
+    enc = str(msg.encoding)
+    try:
+        packed = int(msg.step) == int(msg.width) * ch * dtype.itemsize
+        bridge = _cv_bridge()
+        # the PyPI cv_bridge port byte-swaps with ndarray.newbyteorder (gone in NumPy 2) whenever
+        # is_bigendian differs from the host, even for 8-bit data: keep it to the plain case
+        if (bridge is not None and packed and dtype.itemsize == 1 and not msg.is_bigendian
+                and enc in ("rgb8", "bgr8", "rgba8", "bgra8", "mono8")):
+            img = bridge.imgmsg_to_cv2(msg, desired_encoding="rgb8")
+        else:
+            img = _to_rgb8(_raw_array(msg, dtype, ch), enc)
+        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+            raise ImageError("encoding", f"conversion of {enc} gave shape {img.shape} {img.dtype}")
+        return to_model_frame(img) if resize else np.ascontiguousarray(img)
+    except ImageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - cv_bridge/OpenCV errors on hostile input
+        raise ImageError("decode", f"cannot convert {enc} {msg.width}x{msg.height}: {e}") from e
+
+
+def decode_compressed(data, fmt: str = "") -> np.ndarray:
+    """JPEG/PNG bytes -> uint8 RGB (H, W, 3) full size.  Raises ImageError."""
+    buf = _bytes_view(data)
+    n = len(buf)
+    if n == 0:
+        raise ImageError("data", "empty compressed image")
+    if n > MAX_COMPRESSED_BYTES:
+        raise ImageError("size", f"absurd compressed image size {n} bytes")
+    fmt_l = str(fmt).lower()
+    if "compresseddepth" in fmt_l:
+        raise ImageError("encoding", f"unsupported compressed format '{fmt}'")
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        img = cv2.imdecode(arr, cv2.IMREAD_COLOR)  # always 8-bit BGR, whatever the source channels
+    except cv2.error as e:
+        raise ImageError("decode", f"undecodable compressed image ({fmt or 'no format'}, {n} bytes): {e}") from e
+    if img is None or img.size == 0:
+        raise ImageError("decode", f"undecodable compressed image ({fmt or 'no format'}, {n} bytes)")
+    check_size(img.shape[0], img.shape[1])
+    # image_transport writes "<enc>; jpeg compressed <bgr8|rgb8>"; OpenCV always returns BGR here.
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def compressed_msg_to_rgb(msg, resize: bool = True) -> np.ndarray:
+    """sensor_msgs/CompressedImage -> uint8 RGB (64, 128, 3).  Raises ImageError."""
+    img = decode_compressed(msg.data, getattr(msg, "format", ""))
+    return to_model_frame(img) if resize else img
+
+
+def rgb_to_image_fields(rgb: np.ndarray, encoding: str = "rgb8") -> dict:
+    """Fields for a sensor_msgs/Image carrying ``rgb`` (uint8 H x W x 3) as rgb8 or bgr8."""
+    if encoding == "bgr8":
+        rgb = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    elif encoding != "rgb8":
+        raise ValueError(f"rgb_to_image_fields: encoding must be rgb8 or bgr8, not {encoding}")
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    h, w = rgb.shape[:2]
+    return {"height": h, "width": w, "encoding": encoding, "is_bigendian": 0, "step": w * 3, "data": rgb.tobytes()}
+
+
+def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ImageError("decode", "JPEG encoding failed")
+    return buf.tobytes()
+
+
+def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: np.ndarray, low: float, high: float,
+                 label: str = "", names: list[str] | None = None, scale: int = 4) -> np.ndarray:
+    """The ~/debug_image picture (RGB uint8): the frame (x scale), the retained-frame strip, the action bar.
+
+    ``retained`` are small thumbnails (oldest -> newest) of the frames the KV cache keeps; the newest
+    ones that fit the width are drawn.  The action bar draws every dimension from the zero line,
+    green for positive, red for negative, full scale = max(|low|, |high|).
+    """
+    W = FRAME_W * scale
+    top = np.zeros((FRAME_H * scale, W, 3), np.uint8)
+    if frame is not None:
+        top = cv2.resize(np.ascontiguousarray(frame), (W, FRAME_H * scale), interpolation=cv2.INTER_NEAREST)
+    th_h, th_w = FRAME_H // 2, FRAME_W // 2
+    strip = np.full((th_h + 4, W, 3), 30, np.uint8)
+    n_fit = max(1, W // (th_w + 2))
+    for i, th in enumerate(retained[-n_fit:]):
+        t = th if th.shape[:2] == (th_h, th_w) else cv2.resize(th, (th_w, th_h), interpolation=cv2.INTER_AREA)
+        x = 2 + i * (th_w + 2)
+        strip[2:2 + th_h, x:x + th_w] = t
+    bar_h = 60
+    bar = np.full((bar_h, W, 3), 15, np.uint8)
+    a = np.asarray(action, np.float32).ravel()
+    full = max(abs(low), abs(high), 1e-6)
+    n = max(1, len(a))
+    bw = W // n
+    mid = bar_h // 2
+    cv2.line(bar, (0, mid), (W - 1, mid), (120, 120, 120), 1)
+    for i, v in enumerate(a):
+        h = int(round(np.clip(v / full, -1, 1) * (mid - 12)))
+        x0, x1 = i * bw + 4, (i + 1) * bw - 4
+        color = (60, 200, 80) if h >= 0 else (220, 60, 60)
+        cv2.rectangle(bar, (x0, mid - max(h, 0)), (x1, mid - min(h, 0)), color, -1)
+        if names and i < len(names):
+            cv2.putText(bar, str(names[i])[:9], (x0, bar_h - 2), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
+        cv2.putText(bar, f"{v:+.2f}", (x0, 9), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
+    if label:
+        cv2.putText(top, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 0), 1)
+    return np.ascontiguousarray(np.vstack([top, strip, bar]))

@@ -1,0 +1,259 @@
+"""Parameters of the camera and reasoning nodes: declarations, ranges and start-up validation.
+
+The tables and the validation are pure Python (no rclpy import at module level) so that they are
+unit-testable without ROS; :func:`declare_and_read` does the rclpy part (ParameterDescriptor with
+FloatingPointRange / IntegerRange, read-only) and turns every rclpy complaint into one
+:class:`ParamError` with a message naming the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..actions import DEFAULT_DIM_NAMES
+from ..constants import ACTION_TOKENS, VISION_TOKENS
+
+
+class ParamError(ValueError):
+    """Impossible parameters: start-up stops with this one message."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    default: Any
+    description: str
+    lo: float | int | None = None  # inclusive range (FloatingPointRange / IntegerRange)
+    hi: float | int | None = None
+    choices: tuple[str, ...] | None = None
+    length: int | None = None  # arrays: required length
+
+
+POLICIES = ("fifo", "sliding_window", "semantic")
+BACKENDS = ("auto", "numpy", "cuda")
+FALLBACKS = ("zero", "hold")
+TRANSPORTS = ("raw", "compressed")
+RELIABILITIES = ("best_effort", "reliable")
+TWIST_FIELDS = ("linear.x", "linear.y", "linear.z", "angular.x", "angular.y", "angular.z")
+DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
+
+REASONING_SPECS: tuple[Spec, ...] = (
+    Spec("period_ms", 33.0, "Control cycle and deadline (ms): one action is published per period.",
+         1.0, 10000.0),
+    Spec("safety_margin_ms", 2.0, "Time kept free at the end of every cycle (ms); must be < period_ms.",
+         0.0, 1000.0),
+    Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0),
+    Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0),
+    Spec("reprobe_after_s", 2.0, "After this long with every chunk refused, admit one anyway (still deadline-"
+         "guarded) so the cost EMAs can recover; 0 disables.", 0.0, 3600.0),
+    Spec("kv_capacity_tokens", 4096, "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
+         1, 1 << 20),
+    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICIES),
+    Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
+    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0),
+    Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.", choices=BACKENDS),
+    Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
+    Spec("make_tiny_model", False, "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
+    Spec("vram_ceiling_gb", 8.0, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.", 0.01, 4096.0),
+    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
+         choices=FALLBACKS),
+    Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6),
+    Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6),
+    Spec("action_labels", list(DEFAULT_LABELS), "Labels of the 8 action dimensions (~/action_vector layout.dim).",
+         length=ACTION_TOKENS),
+    Spec("twist_map", [0, 1, 2, 3, 4, 5],
+         "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6),
+    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component.", length=6),
+    Spec("action_frame_id", "base_link", "header.frame_id of ~/action."),
+    Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
+    Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
+    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0),
+)
+
+CAMERA_SPECS: tuple[Spec, ...] = (
+    Spec("transport", "raw", "Input: raw (sensor_msgs/Image on 'image') | compressed (CompressedImage on "
+         "'image/compressed').", choices=TRANSPORTS),
+    Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
+         "(bag replay).", choices=RELIABILITIES),
+    Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
+    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0),
+)
+
+
+def spec_table(specs) -> dict[str, Spec]:
+    return {s.name: s for s in specs}
+
+
+def defaults(specs) -> dict[str, Any]:
+    return {s.name: (list(s.default) if isinstance(s.default, list) else s.default) for s in specs}
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def check_specs(values: dict[str, Any], specs) -> list[str]:
+    """Range, choice and length checks of the tables. Returns problems (empty = fine)."""
+    problems = []
+    for s in specs:
+        if s.name not in values:
+            continue
+        v = values[s.name]
+        if s.choices is not None and v not in s.choices:
+            problems.append(f"{s.name}={_fmt(v)} is not one of {', '.join(s.choices)}")
+        if s.lo is not None and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not (math.isfinite(v) and s.lo <= v <= s.hi):
+                problems.append(f"{s.name}={v} is outside [{s.lo}, {s.hi}]")
+        if s.length is not None and len(v) != s.length:
+            problems.append(f"{s.name} needs {s.length} entries, got {len(v)}")
+    return problems
+
+
+def min_capacity(prompt_tokens: int) -> int:
+    """Smallest KV capacity that holds the prompt, one frame and the action tokens."""
+    return int(prompt_tokens) + VISION_TOKENS + ACTION_TOKENS
+
+
+def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
+    need = min_capacity(prompt_tokens)
+    if capacity < need:
+        return [
+            f"kv_capacity_tokens={capacity} is too small: the {prompt_tokens}-token prompt + one "
+            f"{VISION_TOKENS}-token frame + {ACTION_TOKENS} action tokens need {need}"
+        ]
+    return []
+
+
+def check_model_dir(path: str) -> list[str]:
+    if not path:
+        return []
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return [f"model_path={path!r}: no such directory"]
+    if not (p / "config.json").is_file():
+        return [f"model_path={path!r} is not a model directory (no config.json)"]
+    if not (any(p.glob("model*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
+        return [f"model_path={path!r} has no model.safetensors / model-*.safetensors"]
+    return []
+
+
+def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[str, Any]:
+    """All start-up checks of the reasoning node. Returns the values; raises ParamError (one message)."""
+    v = defaults(REASONING_SPECS)
+    v.update(values)
+    problems = check_specs(v, REASONING_SPECS)
+    if not problems or all("period_ms" not in p and "safety_margin_ms" not in p for p in problems):
+        if not (v["period_ms"] > v["safety_margin_ms"]):
+            problems.append(
+                f"deadline period_ms={v['period_ms']} must be greater than safety_margin_ms={v['safety_margin_ms']}"
+            )
+    if not (v["action_high"] > v["action_low"]):
+        problems.append(f"action_high={v['action_high']} must be greater than action_low={v['action_low']}")
+    tm = list(v["twist_map"])
+    bad = [i for i in tm if not (-1 <= int(i) < ACTION_TOKENS)]
+    if bad:
+        problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
+    if isinstance(v["kv_capacity_tokens"], int):
+        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens)
+    if not v["model_path"] and not v["make_tiny_model"]:
+        problems.append(
+            "model_path is empty: set model_path:=<model dir> (vla-edge-make-model --preset tiny --out DIR "
+            "writes one) or make_tiny_model:=true for a demo"
+        )
+    problems += check_model_dir(v["model_path"])
+    if problems:
+        raise ParamError("; ".join(problems))
+    return v
+
+
+def validate_camera(values: dict[str, Any]) -> dict[str, Any]:
+    v = defaults(CAMERA_SPECS)
+    v.update(values)
+    problems = check_specs(v, CAMERA_SPECS)
+    if problems:
+        raise ParamError("; ".join(problems))
+    return v
+
+
+def cache_root() -> Path:
+    """Where generated demo assets go: $VLA_EDGE_CACHE, else out/cache of a writable source tree
+    (in-tree runs, or the current directory when it is the repo), else $XDG_CACHE_HOME
+    (~/.cache)/vla_edge_ros."""
+    if os.environ.get("VLA_EDGE_CACHE"):
+        return Path(os.environ["VLA_EDGE_CACHE"])
+    for tree in (Path(__file__).resolve().parents[2], Path.cwd()):  # in-tree, or installed but run from the repo
+        if (tree / "setup.py").is_file() and (tree / "vla_edge_ros").is_dir() and os.access(tree, os.W_OK):
+            return tree / "out" / "cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "vla_edge_ros"
+
+
+def tiny_model_cache_dir(seed: int = 0, preset: str = "tiny") -> Path:
+    """Where make_tiny_model / the demo put the generated model."""
+    return cache_root() / f"{preset}-seed{seed}"
+
+
+# --------------------------------------------------------------------------------------------
+# rclpy part (imported lazily)
+# --------------------------------------------------------------------------------------------
+
+def _descriptor(s: Spec):
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    d = ParameterDescriptor(name=s.name, description=s.description, read_only=True)
+    if s.choices is not None:
+        d.additional_constraints = "one of: " + ", ".join(s.choices)
+    if s.lo is not None:
+        if isinstance(s.default, float):
+            d.floating_point_range = [FloatingPointRange(from_value=float(s.lo), to_value=float(s.hi), step=0.0)]
+        else:
+            d.integer_range = [IntegerRange(from_value=int(s.lo), to_value=int(s.hi), step=1)]
+    if s.length is not None:
+        d.additional_constraints = f"exactly {s.length} entries"
+    return d
+
+
+def declare_and_read(node, specs) -> dict[str, Any]:
+    """Declare every parameter of ``specs`` on ``node`` and return their values.
+
+    Integers given for float parameters are accepted (``period_ms: 33``); any other type or range
+    problem becomes a ParamError naming the parameter.
+    """
+    from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+    from rclpy.parameter import Parameter
+
+    values = {}
+    problems = []
+    for s in specs:
+        desc = _descriptor(s)
+        override = node._parameter_overrides.get(s.name) if hasattr(node, "_parameter_overrides") else None
+        default = s.default
+        if override is not None and isinstance(s.default, float) and override.type_ == Parameter.Type.INTEGER:
+            # a YAML '33' for a double parameter: accept it as 33.0 instead of failing start-up
+            node._parameter_overrides[s.name] = Parameter(s.name, Parameter.Type.DOUBLE, float(override.value))
+        if override is not None and isinstance(s.default, list) and s.default and isinstance(s.default[0], float) \
+                and override.type_ == Parameter.Type.INTEGER_ARRAY:
+            node._parameter_overrides[s.name] = Parameter(
+                s.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in override.value])
+        try:
+            p = node.declare_parameter(s.name, default, desc)
+            val = p.value
+        except InvalidParameterTypeException as e:
+            problems.append(f"{s.name}: wrong type ({e}); expected {type(s.default).__name__}")
+            continue
+        except InvalidParameterValueException:
+            got = node._parameter_overrides.get(s.name)
+            problems.append(f"{s.name}={got.value if got is not None else '?'} is outside [{s.lo}, {s.hi}]")
+            continue
+        except Exception as e:  # noqa: BLE001 - e.g. ParameterUninitializedException, bad array element types
+            problems.append(f"{s.name}: {e}")
+            continue
+        if isinstance(val, (list, tuple)) or type(val).__name__ == "array":
+            val = list(val)
+        values[s.name] = val
+    if problems:
+        raise ParamError("; ".join(problems))
+    return values

@@ -1,0 +1,434 @@
+"""ReasoningNode: the deadline-bound reasoning cycle (DESIGN.md §4) and its ROS outputs (§8).
+
+The cycle itself is ``vla_edge_ros.cycle.ReasoningCycle`` (ROS-free, shared with vla-edge-bench);
+this node owns the steady-clock timer (own executor thread) and translates each CycleOutcome into
+messages:
+
+* ``~/action`` (TwistStamped): the action first, before any bookkeeping; stamp = capture stamp of
+  the source frame, for a fallback the latest frame's stamp, "now" before the first frame;
+* ``~/action_vector`` (Float32MultiArray, labels in layout.dim), ``~/cycle`` (DiagnosticStatus:
+  source, reason, frame seq/age, latency breakdown, tokens; OK model / WARN fallback / ERROR
+  overrun, engine_error), ``/diagnostics`` (1 Hz roll-up), ``~/debug_image`` (only when subscribed).
+
+Reasons: fresh, repeat (model); no_frame, stale_frame, repeat (no model action yet), refused, busy,
+overrun, engine_error (fallback).  No exception leaves the timer callback.
+
+Re-probing: EMAs that only ever refuse never learn that the engine got faster again (CPU contention
+gone, a one-off outlier).  After ``reprobe_after_s`` of refusals in a row one chunk is admitted
+anyway (ReasoningCycle ``probe_after``); it is still deadline-guarded, so the worst case is one
+``overrun`` fallback published on time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import TwistStamped
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
+from ..admission import AdmissionController
+from ..constants import ACTION_TOKENS, VISION_TOKENS
+from ..frame_buffer import FrameBuffer
+from ..cycle import ReasoningCycle
+from ..metrics import VramSampler
+from .image_convert import render_debug
+from .params import REASONING_SPECS, ParamError, declare_and_read, tiny_model_cache_dir, validate_reasoning
+
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+# fallback reasons whose cycle status is ERROR (the rest are WARN)
+ERROR_REASONS = ("overrun", "engine_error", "internal_error")
+FALLBACK_REASONS = ("no_frame", "stale_frame", "repeat", "refused", "busy", "cold", "overrun", "engine_error",
+                    "internal_error")
+
+
+class StartupError(RuntimeError):
+    """The node cannot start (model, engine, plan): one clear message."""
+
+
+def ensure_tiny_model(seed: int = 0, preset: str = "tiny") -> str:
+    """Generate (once) a tiny random model into the cache dir and return its path."""
+    out = tiny_model_cache_dir(seed, preset)
+    if (out / "config.json").is_file():
+        return str(out)
+    from ..tools.make_model import make_model
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        make_model(str(tmp), preset=preset, seed=seed)
+        try:
+            tmp.rename(out)  # atomic: two processes generating at once both end with a complete dir
+        except OSError:
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(out)
+
+
+class ReasoningNode(Node):
+    def __init__(self, frame_buffer: FrameBuffer, camera=None, node_name: str = "vla_edge",
+                 engine_factory=None, validate_only: bool = False, **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.fb = frame_buffer
+        self.camera = camera
+        raw = declare_and_read(self, REASONING_SPECS)
+        self.p = p = validate_reasoning(raw)
+        if validate_only:  # bringup collects every node's parameter problems before giving up
+            return
+        self.period_s = p["period_ms"] / 1000.0
+        self.margin_s = p["safety_margin_ms"] / 1000.0
+
+        model_path = p["model_path"]
+        if not model_path:  # validate_reasoning guarantees make_tiny_model here
+            model_path = ensure_tiny_model()
+            self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
+        self.model_path = model_path
+
+        t_load = time.monotonic()
+        # capacity check before any allocation: it needs the prompt length, which the model dir fixes
+        validate_reasoning(dict(raw, model_path=model_path), prompt_tokens=self._prompt_tokens(model_path))
+        self.engine = self._make_engine(engine_factory)
+        self.admission = AdmissionController(
+            period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"], ema_alpha=p["ema_alpha"],
+            prefill_tokens=VISION_TOKENS, decode_tokens=ACTION_TOKENS, tail_k=p["tail_k"],
+        )
+        self._warmup(p["warmup_chunks"])
+        self.vram = VramSampler(interval_s=0.5)  # whole-device peak when a GPU is present, else idle
+        self.vram.start()
+        probe_after = int(round(p["reprobe_after_s"] * 1000.0 / p["period_ms"])) if p["reprobe_after_s"] > 0 else 0
+        self.cycle = ReasoningCycle(
+            self.engine, self.fb, self.admission, period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
+            max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"], probe_after=max(0, probe_after),
+        )
+        self.stats = self.cycle.stats
+        self._cycle_index = 0
+        self._last_result = None
+        self._thumbs: dict[int, np.ndarray] = {}
+        self._last_debug = 0.0
+        self._frame_age_last: float | None = None
+        self._prev_counts: dict[str, int] = {}
+        self._labels = [str(x) for x in p["action_labels"]]
+        self._twist_map = [int(i) for i in p["twist_map"]]
+        self._twist_scale = [float(s) for s in p["twist_scale"]]
+
+        # --- interface ---
+        reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub_action = self.create_publisher(TwistStamped, "~/action", reliable)
+        self.pub_vector = self.create_publisher(Float32MultiArray, "~/action_vector", reliable)
+        self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
+                                               QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.pub_debug = self.create_publisher(Image, "~/debug_image", qos_profile_sensor_data)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.timer = self.create_timer(self.period_s, self._on_tick, clock=steady)
+        self.diag_timer = self.create_timer(p["diagnostics_period_s"], self._on_diagnostics, clock=steady)
+        self.get_logger().info(
+            f"ready in {time.monotonic() - t_load:.1f} s: backend {self.backend_name}, model {model_path}, "
+            f"period {p['period_ms']} ms, margin {p['safety_margin_ms']} ms, policy {p['policy']}, "
+            f"capacity {p['kv_capacity_tokens']} tokens, fallback {p['fallback']}; "
+            f"chunk estimate {self.admission.estimate_ms():.2f} ms"
+        )
+
+    # --- start-up ------------------------------------------------------------------------------------
+
+    def _make_engine(self, factory):
+        p = self.p
+        kwargs = dict(backend=p["backend"], kv_capacity_tokens=p["kv_capacity_tokens"], policy=p["policy"],
+                      window_frames=p["window_frames"], action_low=p["action_low"], action_high=p["action_high"],
+                      vram_ceiling_gb=p["vram_ceiling_gb"])
+        try:
+            if factory is None:
+                from ..engine import Engine as factory
+            engine = factory(self.model_path, **kwargs)
+        except ParamError:
+            raise
+        except Exception as e:  # noqa: BLE001 - model load, plan over the VRAM ceiling, no GPU for cuda...
+            raise StartupError(f"cannot start the engine ({self.model_path}, backend {p['backend']}): "
+                               f"{type(e).__name__}: {e}") from e
+        self.backend_name = str(getattr(engine, "backend_name", None) or getattr(
+            getattr(engine, "backend", None), "name", None) or p["backend"])
+        return engine
+
+    def _prompt_tokens(self, model_path: str) -> int:
+        try:
+            from ..engine import system_prompt_ids
+            from ..model.config import ModelConfig
+
+            return int(len(system_prompt_ids(model_path, ModelConfig.from_dir(model_path).vocab_size)))
+        except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
+            return 0
+
+    def _warmup(self, chunks: int) -> None:
+        """Compile/capture and run dry chunks before the first tick; their timings seed the EMAs."""
+        if chunks <= 0:
+            return
+        try:
+            timings = list(self.engine.warmup(chunks) or [])
+        except Exception as e:  # noqa: BLE001
+            self.engine_shutdown()
+            raise StartupError(f"engine warm-up failed: {type(e).__name__}: {e}") from e
+        # the first chunk carries compile/first-touch costs: seed from the steady-state ones
+        for t in timings[1:] if len(timings) > 1 else timings:
+            self.admission.update(t)
+
+    def engine_shutdown(self) -> None:
+        engine = getattr(self, "engine", None)
+        shut = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
+        if callable(shut):
+            try:
+                shut()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def stop(self) -> None:
+        """Stop the timers and the engine (called by bringup before the executors stop)."""
+        for t in (getattr(self, "timer", None), getattr(self, "diag_timer", None)):
+            if t is not None:
+                t.cancel()
+        if getattr(self, "vram", None) is not None:
+            self.vram.stop()
+        self.engine_shutdown()
+
+    # --- the cycle -----------------------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        t0 = time.monotonic()
+        self._cycle_index += 1
+        try:
+            out = self.cycle.tick(t0)
+        except Exception as e:  # noqa: BLE001 - never let an exception kill the timer
+            self.get_logger().error(f"cycle failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
+                                    throttle_duration_sec=5.0)
+            try:
+                self._publish_internal_error(t0, e)
+            except Exception:  # noqa: BLE001
+                pass
+            return
+        try:
+            self._publish(out)
+        except Exception as e:  # noqa: BLE001
+            self.get_logger().error(f"publishing failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
+                                    throttle_duration_sec=5.0)
+
+    def _publish_internal_error(self, t0: float, e: Exception) -> None:
+        """Last resort when the cycle itself failed: a zero action, ERROR status."""
+        from ..cycle import CycleOutcome
+
+        latest = self.fb.latest()
+        out = CycleOutcome("fallback", "internal_error", np.zeros(ACTION_TOKENS, np.float32),
+                           latest.stamp_ns if latest is not None else None, -1, None, 0.0, t0, t0 + self.period_s,
+                           error=f"{type(e).__name__}: {e}")
+        self._publish(out)
+
+    # --- publishing ----------------------------------------------------------------------------------
+
+    def _twist(self, action: np.ndarray, stamp_ns: int | None) -> TwistStamped:
+        tw = TwistStamped()
+        if stamp_ns is None:  # no frame yet: stamp with "now"
+            tw.header.stamp = self.get_clock().now().to_msg()
+        else:
+            tw.header.stamp.sec, tw.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+        tw.header.frame_id = self.p["action_frame_id"]
+        c = [float(action[i]) * k if 0 <= i < len(action) else 0.0 for i, k in zip(self._twist_map, self._twist_scale)]
+        tw.twist.linear.x, tw.twist.linear.y, tw.twist.linear.z = c[0], c[1], c[2]
+        tw.twist.angular.x, tw.twist.angular.y, tw.twist.angular.z = c[3], c[4], c[5]
+        return tw
+
+    def _publish(self, out) -> None:
+        action = np.asarray(out.action, np.float32)
+        tw = self._twist(action, out.stamp_ns)
+        self.pub_action.publish(tw)  # the control output first: everything else is bookkeeping
+        t_pub = time.monotonic()
+        late = self.cycle.record_published(out, t_pub)
+
+        vec = Float32MultiArray()
+        vec.layout.dim = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
+        vec.layout.data_offset = 0
+        vec.data = [float(x) for x in action]
+        self.pub_vector.publish(vec)
+
+        if out.late_chunk is not None:
+            self._last_result = out.late_chunk
+        if out.late_error:
+            self.get_logger().error(f"late chunk failed: {out.late_error}", throttle_duration_sec=5.0)
+        if out.error:
+            self.get_logger().error(f"{out.reason}: {out.error}", throttle_duration_sec=5.0)
+
+        level = OK if out.source == "model" else (ERROR if out.reason in ERROR_REASONS else WARN)
+        cycle_ms = (t_pub - out.t0) * 1000.0
+        vals = {
+            "source": out.source, "reason": out.reason, "cycle": self._cycle_index, "cycle_ms": cycle_ms,
+            "since_scheduled_tick_ms": cycle_ms + out.jitter_ms, "jitter_ms": out.jitter_ms,
+            "tick_monotonic": f"{out.t0:.6f}", "late": late,
+            "stamp_ns": int(tw.header.stamp.sec) * 1_000_000_000 + int(tw.header.stamp.nanosec),
+            "frame_seq": out.frame_seq,
+            "frame_age_ms": out.frame_age_ms if out.frame_age_ms is not None else float("nan"),
+            "remaining_ms": out.remaining_ms if out.remaining_ms is not None else float("nan"),
+            "estimate_ms": out.estimate_ms if out.estimate_ms is not None else float("nan"),
+            "probe": out.probe,
+        }
+        t = out.timings
+        vals.update(vision_ms=t.vision_ms if t else float("nan"), prefill_ms=t.prefill_ms if t else float("nan"),
+                    decode_ms=t.decode_ms if t else float("nan"), chunk_ms=t.total_ms if t else float("nan"))
+        res = out.chunk
+        if res is not None:
+            self._last_result = res
+            vals.update(tokens=",".join(str(int(x)) for x in np.asarray(res.tokens).ravel()),
+                        cache_tokens=res.cache_tokens, retained_frames=len(res.retained), evicted=len(res.evicted),
+                        frame_id=res.frame_id)
+        else:
+            vals["tokens"] = ""
+        if out.source_seq is not None:
+            vals["source_seq"] = out.source_seq
+        if out.error:
+            vals["error"] = out.error
+        vals["action"] = ",".join(f"{x:.4f}" for x in action)
+        st = DiagnosticStatus(level=level, name=f"{self.get_name()}: cycle", hardware_id=self.backend_name,
+                              message=f"{out.source}: {out.reason}")
+        st.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v))) for k, v in vals.items()]
+        self.pub_cycle.publish(st)
+        self._frame_age_last = out.frame_age_ms
+
+        if res is not None and out.image is not None:
+            self._remember_thumb(res, out.image)
+        if self.pub_debug.get_subscription_count() > 0:
+            self._publish_debug(action, out.source, out.reason, out.image)
+
+    # --- debug image ---------------------------------------------------------------------------------
+
+    def _remember_thumb(self, res, image: np.ndarray) -> None:
+        self._thumbs[res.frame_id] = image[::2, ::2].copy()
+        keep = set(int(i) for i in res.retained)
+        for fid in [f for f in self._thumbs if f not in keep]:
+            del self._thumbs[fid]
+
+    def _publish_debug(self, action, source, reason, image) -> None:
+        now = time.monotonic()
+        if now - self._last_debug < 1.0 / self.p["debug_image_max_hz"]:
+            return
+        self._last_debug = now
+        frame = image
+        if frame is None:
+            latest = self.fb.latest()
+            frame = None if latest is None else latest.image
+        retained = [self._thumbs[f] for f in sorted(self._thumbs)]
+        rgb = render_debug(frame, retained, np.asarray(action), self.p["action_low"], self.p["action_high"],
+                           f"{source}:{reason}", self._labels)
+        msg = Image()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = "vla_edge_debug"
+        msg.height, msg.width = rgb.shape[:2]
+        msg.encoding, msg.is_bigendian, msg.step = "rgb8", 0, rgb.shape[1] * 3
+        msg.data = rgb.tobytes()
+        self.pub_debug.publish(msg)
+
+    # --- diagnostics ---------------------------------------------------------------------------------
+
+    def diagnostics_values(self) -> tuple[dict, dict]:
+        s = self.stats.summary()
+        r: dict = {
+            "cycles": s["cycles"], "model_actions": s["model_actions"],
+            "deadline_miss_rate": s["deadline_miss_rate"], "deadline_misses": s["deadline_misses"],
+            "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
+            "fallback_rate": s["fallback_rate"], "late_results_discarded": self.cycle.late_results,
+            "probes": self.cycle.probes, "bad_timings": self.cycle.bad_timings,
+            "engine_errors": self.cycle.engine_errors,
+        }
+        cycles = max(1, s["cycles"])
+        for reason in FALLBACK_REASONS:
+            n = s["fallbacks"].get(reason, 0)
+            r[f"fallback_{reason}"] = n
+            r[f"fallback_rate_{reason}"] = n / cycles
+        r["repeats"] = s["reasons"].get("repeat", 0) - s["fallbacks"].get("repeat", 0)
+        for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms"):
+            for q in ("p50", "p95", "p99", "max"):
+                r[f"{name}_{q}"] = s[name][q]
+        for k, v in self.admission.snapshot().items():
+            r[f"ema_{k}"] = v
+        for k, v in self.admission.decisions().items():
+            r[f"admission_{k}"] = v
+        es = self._engine_stats()
+        cap = int(es.get("capacity", self.p["kv_capacity_tokens"]))
+        used = int(es.get("used_tokens", 0))
+        r["kv_capacity_tokens"] = cap
+        r["cache_tokens"] = used
+        r["cache_fill"] = used / cap if cap else 0.0
+        r["retained_frames"] = es.get("frames_retained", 0)
+        r["frame_capacity"] = es.get("frame_capacity", "n/a")
+        r["evictions"] = es.get("evictions_total", 0)
+        r["prompt_tokens"] = es.get("prompt_tokens", "n/a")
+        r["policy"] = self.p["policy"]
+        r["backend"] = self.backend_name
+        peaks = [self.vram.peak_bytes, es.get("peak_vram_bytes")]
+        peaks = [int(x) for x in peaks if x is not None]
+        r["vram_peak_mb"] = max(peaks) / 2**20 if peaks else "n/a"
+        r["vram_ceiling_gb"] = self.p["vram_ceiling_gb"]
+        r["period_ms"] = self.p["period_ms"]
+
+        c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
+                   "frames_published": self.fb.published, "frames_dropped": self.fb.dropped}
+        if self.camera is not None:
+            cs = self.camera.stats()
+            c.update(camera_rate_hz=cs["rate_hz"], frames_received=cs["received"], frames_valid=cs["valid"],
+                     frames_invalid=cs["invalid"], transport=cs["transport"], topic=cs["topic"])
+            for kind in ("encoding", "size", "step", "data", "decode", "other"):
+                c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
+        else:
+            c.update(camera_rate_hz="n/a", frames_invalid="n/a")
+        return r, c
+
+    def _engine_stats(self) -> dict:
+        fn = getattr(self.engine, "stats", None)
+        try:
+            return dict(fn()) if callable(fn) else {}
+        except Exception:  # noqa: BLE001 - stats are best effort (they race with the worker)
+            return {}
+
+    def _on_diagnostics(self) -> None:
+        try:
+            r, c = self.diagnostics_values()
+        except Exception as e:  # noqa: BLE001
+            self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
+            return
+        # level from what happened since the last roll-up
+        counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
+                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
+        d = {k: v - self._prev_counts.get(k, 0) for k, v in counts.items()}
+        self._prev_counts = counts
+        if d["overruns"] or d["engine_errors"]:
+            lvl, msg = ERROR, f"{d['overruns']} overruns, {d['engine_errors']} engine errors in the last period"
+        elif d["fallbacks"]:
+            lvl, msg = WARN, f"{d['fallbacks']} fallbacks of {d['cycles']} cycles in the last period"
+        elif d["cycles"] == 0:
+            lvl, msg = ERROR, "no cycles"
+        else:
+            lvl, msg = OK, f"{d['cycles']} cycles, all from the model"
+        cam_rate = c.get("camera_rate_hz")
+        clvl = OK if isinstance(cam_rate, float) and cam_rate > 0 else WARN
+        cmsg = f"{cam_rate:.1f} Hz" if isinstance(cam_rate, float) else "no camera stats"
+
+        def kv(dct):
+            return [KeyValue(key=k, value=("n/a" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)))
+                    for k, v in dct.items()]
+
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [
+            DiagnosticStatus(level=lvl, name=f"{self.get_name()}: reasoning", message=msg,
+                             hardware_id=self.backend_name, values=kv(r)),
+            DiagnosticStatus(level=clvl, name=f"{self.get_name()}: camera", message=cmsg,
+                             hardware_id="camera", values=kv(c)),
+        ]
+        self.pub_diag.publish(arr)
