@@ -9,7 +9,7 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
    again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
 3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
-   optional (`probe_after` > 0, off by default as in the node): after that many refusals in a row one
+   optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): after that many refusals in a row one
    chunk is admitted anyway, because the EMAs only learn from chunks that run and a single slow outlier
    would otherwise keep the estimate above the budget, and the model off, for good;
 4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
