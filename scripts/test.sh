@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 . install/setup.bash
 echo "ROS_DOMAIN_ID=$ROS_DOMAIN_ID"
 # colcon test exits 0 even when tests fail; colcon test-result is the verdict.
-colcon test --event-handlers console_direct+ --pytest-args -ra "$@" || true
+# A private basetemp: tests never share /tmp/pytest-of-$USER with other pytest sessions on the machine.
+colcon test --event-handlers console_direct+ --pytest-args -ra --basetemp="$PWD/build/pytest-tmp" "$@" || true
 set +e
 colcon test-result --all --verbose > build/test_result.txt
 rc=$?
