@@ -31,6 +31,7 @@ setup(
             "vla-edge-replay = vla_edge_ros.tools.replay:main",
             "vla-edge-bench = vla_edge_ros.tools.bench:main",
             "vla-edge-demo = vla_edge_ros.tools.demo:main",
+            "vla-edge-soak = vla_edge_ros.tools.soak:main",
         ],
     },
 )

@@ -188,3 +188,45 @@ def test_drain_harvests_a_late_chunk(engine):
     assert cyc.tick().reason == "overrun"
     probe = cyc.drain(timeout=5.0)
     assert probe.late_chunk is not None and not cyc.pending and cyc.late_results == 1
+
+
+def test_guard_learns_its_wake_up_lag_and_stops_waiting_earlier(engine):
+    """An overrun fallback published 30 ms after the guard stopped waiting (a loaded CPU) makes the next
+    cycles stop waiting 30 ms - margin earlier, and admission counts that reserve against the budget."""
+    period_ms, margin_ms = 300.0, 5.0
+    cyc, fb = make_cycle(engine, period_ms=period_ms, margin_ms=margin_ms, warm="cheap")
+    assert cyc.wake_slack_s == 0.0
+    engine.fault_hook = lambda plan: time.sleep(0.6)
+    fb.publish(frame(1), stamp_ns=1)
+    t0 = time.monotonic()
+    out = cyc.tick(t0)
+    assert out.reason == "overrun"
+    assert out.wait_until == pytest.approx(t0 + (period_ms - margin_ms) / 1000.0)
+    cyc.record_published(out, out.wait_until + 0.030)  # woke and published 30 ms late
+    assert cyc.wake_slack_s == pytest.approx(0.030 - margin_ms / 1000.0)
+    cyc.drain(timeout=5.0)
+
+    engine.fault_hook = lambda plan: time.sleep(0.6)
+    fb.publish(frame(2), stamp_ns=2)
+    t1 = time.monotonic()
+    out2 = cyc.tick(t1)
+    returned = time.monotonic()
+    assert out2.reason == "overrun"
+    expected = t1 + (period_ms - margin_ms) / 1000.0 - 0.025
+    assert out2.wait_until == pytest.approx(expected)
+    assert expected - 0.002 <= returned <= expected + 0.010
+    # admission saw a budget smaller by the 25 ms reserve
+    assert out2.remaining_ms <= period_ms - margin_ms - 25.0 + 1e-6
+    cyc.drain(timeout=5.0)
+    engine.fault_hook = None
+
+
+def test_wake_slack_is_capped_at_half_the_budget(engine):
+    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, warm="cheap")
+    engine.fault_hook = lambda plan: time.sleep(0.3)
+    fb.publish(frame(1), stamp_ns=1)
+    out = cyc.tick()
+    cyc.record_published(out, out.wait_until + 5.0)  # an absurd 5 s stall (e.g. a suspended process)
+    assert cyc.wake_slack_s == pytest.approx(0.5 * 0.098)
+    cyc.drain(timeout=5.0)
+    engine.fault_hook = None

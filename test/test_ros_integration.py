@@ -219,13 +219,10 @@ def bag_stamps(path: Path) -> set[int]:
 def tiny_model(tmp_path_factory):
     """A 1-layer hidden-256 model: ~5 ms a chunk with NumPy, so model actions fit the 33 ms deadline
     even on a busy 2-core CI box (the 'tiny' preset takes ~20-30 ms there: too close to call)."""
-    from vla_edge_ros.model.config import ModelConfig
     from vla_edge_ros.tools.make_model import make_model
 
     d = tmp_path_factory.mktemp("models") / "micro"
-    cfg = ModelConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                      intermediate_size=512, vocab_size=1024)
-    make_model(str(d), seed=0, cfg=cfg)
+    make_model(str(d), preset="micro", seed=0)
     return str(d)
 
 
@@ -546,7 +543,8 @@ def test_parameter_declarations_with_rclpy(domain, tmp_path):
         assert v["period_ms"] == 40.0 and isinstance(v["period_ms"], float)  # int accepted for a double
         assert v["twist_scale"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         d = node.describe_parameter("ema_alpha")
-        assert d.type == ParameterType.PARAMETER_DOUBLE and d.read_only and d.description
+        assert d.type == ParameterType.PARAMETER_DOUBLE and not d.read_only and d.description  # tunable
+        assert node.describe_parameter("kv_capacity_tokens").read_only
         assert d.floating_point_range[0].from_value == 0.001 and d.floating_point_range[0].to_value == 1.0
         assert node.describe_parameter("kv_capacity_tokens").integer_range[0].from_value == 1
         node.destroy_node()

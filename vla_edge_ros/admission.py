@@ -130,13 +130,33 @@ class AdmissionController:
         with self._lock:
             return self._samples
 
+    def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
+                  ema_alpha: float | None = None, tail_k: float | None = None) -> None:
+        """Change the budget or the EMA settings at run time (same checks as the constructor); the
+        learned EMAs are kept. Raises ValueError and changes nothing when the new values are impossible."""
+        period = self.period_ms if period_ms is None else float(period_ms)
+        margin = self.safety_margin_ms if safety_margin_ms is None else float(safety_margin_ms)
+        alpha = self.ema_alpha if ema_alpha is None else float(ema_alpha)
+        k = self.tail_k if tail_k is None else float(tail_k)
+        if not (margin >= 0.0 and period > margin):
+            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period!r}, {margin!r}")
+        if not (0.0 < alpha <= 1.0):
+            raise ValueError(f"ema_alpha must be in (0, 1], got {alpha!r}")
+        if not (k >= 0.0):
+            raise ValueError(f"tail_k must be >= 0, got {k!r}")
+        with self._lock:
+            self.period_ms, self.safety_margin_ms, self.ema_alpha, self.tail_k = period, margin, alpha, k
+
     # --- the decision ----------------------------------------------------------------------------
 
-    def decide(self, t0: float, busy: bool = False) -> Decision:
-        """Admit a chunk started now in the cycle that ticked at ``t0`` (monotonic seconds)?"""
+    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0) -> Decision:
+        """Admit a chunk started now in the cycle that ticked at ``t0`` (monotonic seconds)?
+
+        ``reserve_ms`` is time the caller keeps back on top of the safety margin (the cycle's measured
+        wake-up slack), so the budget compared with the estimate is the one the chunk really gets."""
         now = self._clock()
         with self._lock:
-            remaining = self.period_ms - (now - t0) * 1000.0 - self.safety_margin_ms
+            remaining = self.period_ms - (now - t0) * 1000.0 - self.safety_margin_ms - max(0.0, reserve_ms)
             estimate = self._estimate()
             if busy:
                 reason = "busy"

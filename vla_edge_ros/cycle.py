@@ -24,6 +24,7 @@ One thread calls tick/record_published (the timer thread); the engine runs chunk
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import time
 from dataclasses import dataclass, field
@@ -63,6 +64,10 @@ class CycleOutcome:
     late_frame_seq: int | None = None  # the FrameBuffer seq of the frame it ran on
     late_error: str | None = None  # or why it failed
     probe: bool = False  # admitted although refused (ReasoningCycle.probe_after)
+    wait_until: float | None = None  # when the deadline guard stopped waiting for the chunk
+
+
+WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack
 
 
 class ReasoningCycle:
@@ -97,8 +102,43 @@ class ReasoningCycle:
         self.engine_errors = 0  # chunks that raised, on time or late
         self.bad_timings = 0  # chunk timings the admission controller rejected
         self.probes = 0  # refused chunks admitted anyway to re-measure the cost (probe_after)
+        # How long after the guard's wait ended the fallback was actually published, for recent overruns.
+        # On a loaded CPU the waiting thread wakes milliseconds late (scheduler, GIL); the guard learns
+        # that lag and stops waiting earlier by the part the safety margin does not cover.
+        self._publish_lags: collections.deque[float] = collections.deque(maxlen=WAKE_LAG_WINDOW)
+
+    def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
+                  max_frame_age_ms: float | None = None, fallback: str | None = None,
+                  probe_after: int | None = None) -> None:
+        """Change settings between ticks (the caller's thread, e.g. a parameter callback on the timer's
+        executor). Raises ValueError and changes nothing when the new values are impossible."""
+        period_s = self.period_s if period_ms is None else float(period_ms) / 1000.0
+        margin_s = self.margin_s if safety_margin_ms is None else float(safety_margin_ms) / 1000.0
+        fb = self.fallback if fallback is None else fallback
+        if fb not in FALLBACK_MODES:
+            raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fb!r}")
+        if not (period_s > margin_s >= 0.0):
+            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period_s * 1e3!r}, {margin_s * 1e3!r}")
+        if max_frame_age_ms is not None and not (float(max_frame_age_ms) > 0.0):
+            raise ValueError(f"max_frame_age_ms must be > 0, got {max_frame_age_ms!r}")
+        self.period_s, self.margin_s, self.fallback = period_s, margin_s, fb
+        if max_frame_age_ms is not None:
+            self.max_frame_age_ms = float(max_frame_age_ms)
+        if probe_after is not None:
+            self.probe_after = int(probe_after)
+        if period_ms is not None:
+            self._first_tick = None  # the jitter grid restarts with the new period
 
     # --- state the caller may look at ----------------------------------------------------------------
+
+    @property
+    def wake_slack_s(self) -> float:
+        """Time kept back before `deadline - margin` so that the slowest recent overrun publish, had it
+        started there, would still land by the deadline. Capped at half the usable budget."""
+        if not self._publish_lags:
+            return 0.0
+        need = max(self._publish_lags) - self.margin_s
+        return min(max(0.0, need), 0.5 * (self.period_s - self.margin_s))
 
     @property
     def pending(self) -> bool:
@@ -139,7 +179,9 @@ class ReasoningCycle:
             action, out.stamp_ns, out.source_seq = self._last_model
             return self._model(out, "repeat", action)
 
-        d = self.admission.decide(t0, busy=self._pending is not None or bool(self.engine.busy))
+        slack_s = self.wake_slack_s
+        d = self.admission.decide(t0, busy=self._pending is not None or bool(self.engine.busy),
+                                  reserve_ms=slack_s * 1000.0)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
         if d.reason == "refused" and 0 < self.probe_after <= self._refusals_in_row:
             out.probe = True  # re-measure: an overrun is still returned at the deadline
@@ -151,9 +193,10 @@ class ReasoningCycle:
 
         image = np.array(frame.image, copy=True)  # the FrameBuffer view is reused after the next latest()
         self._last_seq = frame.seq
+        out.wait_until = t0 + self.period_s - self.margin_s - slack_s
         try:
             fut = self.engine.submit(image)
-            res = fut.result(timeout=max(0.0, t0 + self.period_s - self.margin_s - self.clock()))
+            res = fut.result(timeout=max(0.0, out.wait_until - self.clock()))
         except concurrent.futures.TimeoutError:
             # Walk away: the late result is harvested by a later tick, its action never published.
             self._pending, self._pending_seq = fut, frame.seq
@@ -174,6 +217,9 @@ class ReasoningCycle:
         if t_publish is None:
             t_publish = self.clock()
         late = t_publish > outcome.deadline
+        # Overruns measure the wake-up lag directly; a chunk result published late teaches the same.
+        if outcome.wait_until is not None and (outcome.reason == "overrun" or late):
+            self._publish_lags.append(t_publish - outcome.wait_until)
         self.stats.record(outcome.source, outcome.reason, late, (t_publish - outcome.t0) * 1000.0,
                           chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
                           jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms)

@@ -3,10 +3,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 
 from .safetensors_io import ModelLoadError
+
+
+MAX_CONFIG_BYTES = 1 << 20  # HF configs are a few KiB
+MAX_INT = 1 << 24  # no size, layer or vocabulary count of a loadable model comes near this
+
+
+def _typed(v, kind: str):
+    """``v`` as the JSON type ``kind`` (int | float | bool), or None when it is not one."""
+    if kind == "bool":
+        return v if isinstance(v, bool) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if kind == "int":
+        if isinstance(v, float):
+            if not (math.isfinite(v) and v.is_integer()):
+                return None
+            v = int(v)
+        return v if abs(v) <= MAX_INT else None
+    try:
+        v = float(v)
+    except OverflowError:  # a JSON integer with hundreds of digits
+        return None
+    return v if math.isfinite(v) else None
 
 
 @dataclass(frozen=True)
@@ -64,11 +88,16 @@ class ModelConfig:
         cfg_path = os.path.join(path, "config.json")
         if not os.path.isfile(cfg_path):
             raise ModelLoadError(cfg_path, "file not found (is this a model directory?)")
+        # config.json is data only: parsed as JSON, never executed; unknown keys (auto_map,
+        # trust_remote_code, ...) are ignored, and each known key must have the right JSON type.
         try:
-            with open(cfg_path) as f:
+            if os.path.getsize(cfg_path) > MAX_CONFIG_BYTES:
+                raise ModelLoadError(cfg_path, f"{os.path.getsize(cfg_path)} bytes: too large for a model config "
+                                               f"(limit {MAX_CONFIG_BYTES})")
+            with open(cfg_path, encoding="utf-8") as f:
                 raw = json.load(f)
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelLoadError(cfg_path, f"not readable JSON ({e})") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ModelLoadError(cfg_path, f"not readable JSON ({type(e).__name__}: {e})") from None
         if not isinstance(raw, dict):
             raise ModelLoadError(cfg_path, "not a JSON object")
         if raw.get("model_type", "qwen2") != "qwen2":
@@ -79,11 +108,13 @@ class ModelConfig:
                 if field.default is dataclasses.MISSING:
                     raise ModelLoadError(cfg_path, f"missing key {name!r}")
                 continue
-            convert = {"int": int, "float": float, "bool": bool}[field.type]
-            try:
-                kw[name] = convert(raw[name])
-            except (TypeError, ValueError):
-                raise ModelLoadError(cfg_path, f"key {name!r} has a bad value {raw[name]!r}") from None
+            value = _typed(raw[name], field.type)
+            if value is None:
+                shown = repr(raw[name])
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                raise ModelLoadError(cfg_path, f"key {name!r} has a bad value {shown} (expected a {field.type}"
+                                               f"{' <= ' + str(MAX_INT) if field.type == 'int' else ''})")
+            kw[name] = value
         cfg = cls(**kw)
         if "head_dim" in raw and raw["head_dim"] != cfg.head_dim:
             raise ModelLoadError(cfg_path, f"head_dim {raw['head_dim']} != hidden_size/num_attention_heads {cfg.head_dim}")
@@ -96,6 +127,10 @@ PRESETS = {
     # CUDA kernels specialised for head_dim 128 run on it too.
     "tiny": ModelConfig(hidden_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         intermediate_size=1024, vocab_size=2048),
+    # One layer, hidden 256 (~5 ms a chunk with NumPy): model actions fit 33 ms even on a busy 2-core CPU,
+    # where 'tiny' (~25 ms) sits too close to the deadline. Integration tests, soak and CPU demos.
+    "micro": ModelConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         intermediate_size=512, vocab_size=1024),
     # A CPU-hostile middle size: used to prove the deadline guard with a backend that is too slow.
     "small": ModelConfig(hidden_size=1024, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2,
                          intermediate_size=2816, vocab_size=8192),

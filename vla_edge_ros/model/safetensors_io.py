@@ -60,8 +60,8 @@ def read_header(path) -> tuple[dict[str, TensorInfo], dict, int]:
             raise ModelLoadError(path, f"header length {n} does not fit the file ({size} bytes): truncated or not safetensors")
         try:
             header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ModelLoadError(path, f"header is not valid JSON ({e})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            raise ModelLoadError(path, f"header is not valid JSON ({type(e).__name__}: {e})") from None
     if not isinstance(header, dict):
         raise ModelLoadError(path, "header is not a JSON object")
     data_offset = 8 + n
@@ -73,8 +73,12 @@ def read_header(path) -> tuple[dict[str, TensorInfo], dict, int]:
             dtype, shape, (start, end) = h["dtype"], h["shape"], h["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise ModelLoadError(path, "header entry lacks dtype/shape/data_offsets", name) from None
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ModelLoadError(path, f"unsupported dtype {dtype!r}", name)
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape) \
+                or not (_is_count(start) and _is_count(end)):
+            raise ModelLoadError(path, f"shape {shape!r} / data_offsets {h['data_offsets']!r} are not "
+                                       f"non-negative integers", name)
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if end - start != count * DTYPES[dtype][1] or start < 0:
             raise ModelLoadError(path, f"data_offsets {start}..{end} do not match shape {shape} of {dtype}", name)
@@ -82,6 +86,11 @@ def read_header(path) -> tuple[dict[str, TensorInfo], dict, int]:
             raise ModelLoadError(path, f"truncated: tensor needs bytes up to {end}, file has {data_bytes} data bytes", name)
         infos[name] = TensorInfo(name, dtype, shape, start, end)
     return infos, metadata, data_offset
+
+
+def _is_count(x) -> bool:
+    """A non-negative JSON integer (not a bool, float or string) small enough for int64 offsets."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < (1 << 62)
 
 
 def load_file(path, names=None, mmap=True) -> dict[str, tuple[str, np.ndarray]]:

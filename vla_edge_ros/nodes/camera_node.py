@@ -21,7 +21,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
 from .image_convert import ImageError, compressed_msg_to_rgb, image_msg_to_rgb
-from .params import CAMERA_SPECS, declare_and_read, validate_camera
+from .params import CAMERA_SPECS, declare_and_read, enable_runtime_updates, validate_camera
 
 RATE_WINDOW_S = 2.0
 STALL_S = 0.5  # no frame for this long: the camera rate reads 0
@@ -46,6 +46,7 @@ class CameraNode(Node):
         super().__init__(node_name, **kwargs)
         self.fb = frame_buffer
         self.p = validate_camera(declare_and_read(self, CAMERA_SPECS))
+        enable_runtime_updates(self, CAMERA_SPECS, self.p)  # warn_throttle_s; the rest is read-only
         self._lock = threading.Lock()
         self.received = 0
         self.valid = 0

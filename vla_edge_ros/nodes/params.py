@@ -2,8 +2,14 @@
 
 The tables and the validation are pure Python (no rclpy import at module level) so that they are
 unit-testable without ROS; :func:`declare_and_read` does the rclpy part (ParameterDescriptor with
-FloatingPointRange / IntegerRange, read-only) and turns every rclpy complaint into one
-:class:`ParamError` with a message naming the parameter.
+FloatingPointRange / IntegerRange) and turns every rclpy complaint into one :class:`ParamError` with
+a message naming the parameter.
+
+Parameters marked ``tunable`` may be changed while the node runs (``ros2 param set``, the
+``~/set_parameters`` service): :func:`check_update` validates a change (ranges, choices, and the
+cross-checks such as ``period_ms > safety_margin_ms``) and :func:`enable_runtime_updates` rejects an
+impossible one with a reason (SetParametersResult(successful=False, reason=...)) before it is
+applied.  All other parameters are read-only: they size the model, the cache or the subscriptions.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class Spec:
     hi: float | int | None = None
     choices: tuple[str, ...] | None = None
     length: int | None = None  # arrays: required length
+    tunable: bool = False  # settable at run time (else read-only after start-up)
 
 
 POLICIES = ("fifo", "sliding_window", "semantic")
@@ -43,35 +50,35 @@ DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux 
 
 REASONING_SPECS: tuple[Spec, ...] = (
     Spec("period_ms", 33.0, "Control cycle and deadline (ms): one action is published per period.",
-         1.0, 10000.0),
+         1.0, 10000.0, tunable=True),
     Spec("safety_margin_ms", 2.0, "Time kept free at the end of every cycle (ms); must be < period_ms.",
-         0.0, 1000.0),
-    Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0),
-    Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0),
+         0.0, 1000.0, tunable=True),
+    Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
+    Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0, tunable=True),
     Spec("reprobe_after_s", 2.0, "After this long with every chunk refused, admit one anyway (still deadline-"
-         "guarded) so the cost EMAs can recover; 0 disables.", 0.0, 3600.0),
+         "guarded) so the cost EMAs can recover; 0 disables.", 0.0, 3600.0, tunable=True),
     Spec("kv_capacity_tokens", 4096, "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
          1, 1 << 20),
     Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICIES),
     Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
-    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0),
+    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0, tunable=True),
     Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.", choices=BACKENDS),
     Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
     Spec("make_tiny_model", False, "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
     Spec("vram_ceiling_gb", 8.0, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.", 0.01, 4096.0),
     Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
-         choices=FALLBACKS),
+         choices=FALLBACKS, tunable=True),
     Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6),
     Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6),
     Spec("action_labels", list(DEFAULT_LABELS), "Labels of the 8 action dimensions (~/action_vector layout.dim).",
          length=ACTION_TOKENS),
     Spec("twist_map", [0, 1, 2, 3, 4, 5],
-         "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6),
-    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component.", length=6),
-    Spec("action_frame_id", "base_link", "header.frame_id of ~/action."),
+         "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6, tunable=True),
+    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component.", length=6, tunable=True),
+    Spec("action_frame_id", "base_link", "header.frame_id of ~/action.", tunable=True),
     Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
-    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0),
+    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0, tunable=True),
 )
 
 CAMERA_SPECS: tuple[Spec, ...] = (
@@ -80,7 +87,7 @@ CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
          "(bag replay).", choices=RELIABILITIES),
     Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
-    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0),
+    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0, tunable=True),
 )
 
 
@@ -170,6 +177,45 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[s
     return v
 
 
+def tunable_names(specs) -> tuple[str, ...]:
+    return tuple(s.name for s in specs if s.tunable)
+
+
+def check_update(current: dict[str, Any], changes: dict[str, Any], specs) -> list[str]:
+    """Validate a run-time change of parameters (``changes``) of a node whose values are ``current``.
+
+    Returns the problems (empty = accept): read-only parameters, wrong types, ranges and choices,
+    and the cross-checks that involve a changed parameter (period_ms > safety_margin_ms, twist_map).
+    """
+    table = spec_table(specs)
+    problems = []
+    for name, v in changes.items():
+        s = table.get(name)
+        if s is None:
+            problems.append(f"{name} is not a parameter of this node")
+        elif not s.tunable:
+            problems.append(f"{name} is read-only: it can only be set at start-up")
+        elif isinstance(s.default, bool) != isinstance(v, bool) or (
+                isinstance(s.default, (int, float)) and not isinstance(v, (int, float))) or (
+                isinstance(s.default, str) and not isinstance(v, str)) or (
+                isinstance(s.default, list) and not isinstance(v, (list, tuple))):
+            problems.append(f"{name}: wrong type {type(v).__name__}, expected {type(s.default).__name__}")
+    if problems:
+        return problems
+    problems += check_specs(changes, specs)
+    merged = dict(current)
+    merged.update(changes)
+    if ("period_ms" in changes or "safety_margin_ms" in changes) and "period_ms" in merged \
+            and "safety_margin_ms" in merged and not (merged["period_ms"] > merged["safety_margin_ms"]):
+        problems.append(f"deadline period_ms={merged['period_ms']} must be greater than "
+                        f"safety_margin_ms={merged['safety_margin_ms']}")
+    if "twist_map" in changes:
+        bad = [i for i in changes["twist_map"] if not (-1 <= int(i) < ACTION_TOKENS)]
+        if bad:
+            problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
+    return problems
+
+
 def validate_camera(values: dict[str, Any]) -> dict[str, Any]:
     v = defaults(CAMERA_SPECS)
     v.update(values)
@@ -203,7 +249,8 @@ def tiny_model_cache_dir(seed: int = 0, preset: str = "tiny") -> Path:
 def _descriptor(s: Spec):
     from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-    d = ParameterDescriptor(name=s.name, description=s.description, read_only=True)
+    desc = s.description + (" Settable at run time." if s.tunable else "")
+    d = ParameterDescriptor(name=s.name, description=desc, read_only=not s.tunable)
     if s.choices is not None:
         d.additional_constraints = "one of: " + ", ".join(s.choices)
     if s.lo is not None:
@@ -257,3 +304,40 @@ def declare_and_read(node, specs) -> dict[str, Any]:
     if problems:
         raise ParamError("; ".join(problems))
     return values
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)) or type(v).__name__ in ("array", "ndarray"):
+        return [x.item() if hasattr(x, "item") else x for x in v]
+    return v
+
+
+def enable_runtime_updates(node, specs, values: dict[str, Any], apply=None) -> None:
+    """Let the ``tunable`` parameters of ``specs`` change while ``node`` runs.
+
+    A change is validated first (:func:`check_update` against ``values``, the node's current
+    parameters): an impossible one is refused with SetParametersResult(successful=False, reason=...),
+    and the node keeps its old values. An accepted one updates ``values`` and is handed to
+    ``apply(changes)`` (called on the node's executor thread, like its timers).
+    Register this after the parameters are declared (rclpy calls these callbacks on declaration too).
+    """
+    from rcl_interfaces.msg import SetParametersResult
+
+    def on_set(params):
+        changes = {p.name: _plain(p.value) for p in params}
+        problems = check_update(values, changes, specs)
+        if problems:
+            reason = "; ".join(problems)
+            node.get_logger().warn(f"parameter change refused: {reason}")
+            return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    def post_set(params):
+        changes = {p.name: _plain(p.value) for p in params}
+        values.update(changes)
+        if apply is not None:
+            apply(changes)
+        node.get_logger().info("parameters set at run time: " + ", ".join(f"{k}={_fmt(v)}" for k, v in changes.items()))
+
+    node.add_on_set_parameters_callback(on_set)
+    node.add_post_set_parameters_callback(post_set)

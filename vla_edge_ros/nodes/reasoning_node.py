@@ -13,6 +13,16 @@ messages:
 Reasons: fresh, repeat (model); no_frame, stale_frame, repeat (no model action yet), refused, busy,
 overrun, engine_error (fallback).  No exception leaves the timer callback.
 
+Run-time parameters: period_ms, safety_margin_ms, ema_alpha, tail_k, reprobe_after_s,
+max_frame_age_ms, fallback, twist_map, twist_scale, action_frame_id and debug_image_max_hz may be set
+while the node runs (``~/set_parameters``); an impossible value is refused with a reason and changes
+nothing (params.py ``check_update``). The others are read-only.
+
+Test-only fault injection: when the environment variable ``VLA_EDGE_TEST_FAULT_FILE`` names a path,
+every chunk raises ``RuntimeError("injected fault (VLA_EDGE_TEST_FAULT_FILE)")`` inside the engine
+(after its cache plan, before the backend runs) while that file exists; the node logs a warning at
+start-up. Never set it on a robot: it exists so that tests can make a real engine fail mid-chunk.
+
 Re-probing: EMAs that only ever refuse never learn that the engine got faster again (CPU contention
 gone, a one-off outlier).  After ``reprobe_after_s`` of refusals in a row one chunk is admitted
 anyway (ReasoningCycle ``probe_after``); it is still deadline-guarded, so the worst case is one
@@ -21,6 +31,7 @@ anyway (ReasoningCycle ``probe_after``); it is still deadline-guarded, so the wo
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -42,11 +53,13 @@ from ..frame_buffer import FrameBuffer
 from ..cycle import ReasoningCycle
 from ..metrics import VramSampler
 from .image_convert import render_debug
-from .params import REASONING_SPECS, ParamError, declare_and_read, tiny_model_cache_dir, validate_reasoning
+from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
+                     validate_reasoning)
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 # fallback reasons whose cycle status is ERROR (the rest are WARN)
 ERROR_REASONS = ("overrun", "engine_error", "internal_error")
+TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection, see the module docstring
 FALLBACK_REASONS = ("no_frame", "stale_frame", "repeat", "refused", "busy", "cold", "overrun", "engine_error",
                     "internal_error")
 
@@ -77,6 +90,21 @@ def ensure_tiny_model(seed: int = 0, preset: str = "tiny") -> str:
     return str(out)
 
 
+def engine_error_message(e: BaseException, model_path: str, backend: str, capacity: int, ceiling_gb: float) -> str:
+    """The one start-up message for an engine that cannot start. A device out-of-memory error gets the
+    VRAM plan of the model and the ceiling appended, so the reader sees what was asked for."""
+    msg = f"cannot start the engine ({model_path}, backend {backend}): {type(e).__name__}: {e}"
+    if "outofmemory" in type(e).__name__.lower() or "out of memory" in str(e).lower():
+        from ..vram_plan import GIB, format_plan, plan_for_model_dir
+
+        plan = plan_for_model_dir(model_path, capacity)
+        if plan is not None:
+            msg += (f"; VRAM plan at kv_capacity_tokens={capacity}: {format_plan(plan)} against the ceiling "
+                    f"vram_ceiling_gb={ceiling_gb:g} ({ceiling_gb * GIB / 2**20:.0f} MiB): the device has less "
+                    f"free memory than the plan; free the GPU or lower kv_capacity_tokens / vram_ceiling_gb")
+    return msg
+
+
 class ReasoningNode(Node):
     def __init__(self, frame_buffer: FrameBuffer, camera=None, node_name: str = "vla_edge",
                  engine_factory=None, validate_only: bool = False, **kwargs):
@@ -100,6 +128,7 @@ class ReasoningNode(Node):
         # capacity check before any allocation: it needs the prompt length, which the model dir fixes
         validate_reasoning(dict(raw, model_path=model_path), prompt_tokens=self._prompt_tokens(model_path))
         self.engine = self._make_engine(engine_factory)
+        self._install_test_fault()
         self.admission = AdmissionController(
             period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"], ema_alpha=p["ema_alpha"],
             prefill_tokens=VISION_TOKENS, decode_tokens=ACTION_TOKENS, tail_k=p["tail_k"],
@@ -107,10 +136,9 @@ class ReasoningNode(Node):
         self._warmup(p["warmup_chunks"])
         self.vram = VramSampler(interval_s=0.5)  # whole-device peak when a GPU is present, else idle
         self.vram.start()
-        probe_after = int(round(p["reprobe_after_s"] * 1000.0 / p["period_ms"])) if p["reprobe_after_s"] > 0 else 0
         self.cycle = ReasoningCycle(
             self.engine, self.fb, self.admission, period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
-            max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"], probe_after=max(0, probe_after),
+            max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"], probe_after=self._probe_after(),
         )
         self.stats = self.cycle.stats
         self._cycle_index = 0
@@ -134,6 +162,7 @@ class ReasoningNode(Node):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.timer = self.create_timer(self.period_s, self._on_tick, clock=steady)
         self.diag_timer = self.create_timer(p["diagnostics_period_s"], self._on_diagnostics, clock=steady)
+        enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params)
         self.get_logger().info(
             f"ready in {time.monotonic() - t_load:.1f} s: backend {self.backend_name}, model {model_path}, "
             f"period {p['period_ms']} ms, margin {p['safety_margin_ms']} ms, policy {p['policy']}, "
@@ -141,7 +170,45 @@ class ReasoningNode(Node):
             f"chunk estimate {self.admission.estimate_ms():.2f} ms"
         )
 
+    # --- run-time parameters --------------------------------------------------------------------------
+
+    def _probe_after(self) -> int:
+        p = self.p
+        return max(0, int(round(p["reprobe_after_s"] * 1000.0 / p["period_ms"]))) if p["reprobe_after_s"] > 0 else 0
+
+    def _apply_params(self, changes: dict) -> None:
+        """Apply validated run-time changes (params.enable_runtime_updates); runs on the timer's executor
+        thread, so it never races a tick."""
+        p = self.p
+        if {"period_ms", "safety_margin_ms", "ema_alpha", "tail_k"} & set(changes):
+            self.admission.configure(period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
+                                     ema_alpha=p["ema_alpha"], tail_k=p["tail_k"])
+        self.cycle.configure(period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
+                             max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"],
+                             probe_after=self._probe_after())
+        self._twist_map = [int(i) for i in p["twist_map"]]
+        self._twist_scale = [float(x) for x in p["twist_scale"]]
+        self.margin_s = p["safety_margin_ms"] / 1000.0
+        if "period_ms" in changes and p["period_ms"] / 1000.0 != self.period_s:
+            self.period_s = p["period_ms"] / 1000.0
+            self.destroy_timer(self.timer)
+            self.timer = self.create_timer(self.period_s, self._on_tick,
+                                           clock=Clock(clock_type=ClockType.STEADY_TIME))
+
     # --- start-up ------------------------------------------------------------------------------------
+
+    def _install_test_fault(self) -> None:
+        path = os.environ.get(TEST_FAULT_ENV)
+        if not path or not hasattr(self.engine, "fault_hook"):
+            return
+
+        def fault(plan):
+            if os.path.exists(path):
+                raise RuntimeError(f"injected fault ({TEST_FAULT_ENV})")
+
+        self.engine.fault_hook = fault
+        self.get_logger().warn(f"TEST-ONLY fault injection enabled: chunks fail while {path} exists "
+                               f"({TEST_FAULT_ENV}); never set this on a robot")
 
     def _make_engine(self, factory):
         p = self.p
@@ -155,8 +222,8 @@ class ReasoningNode(Node):
         except ParamError:
             raise
         except Exception as e:  # noqa: BLE001 - model load, plan over the VRAM ceiling, no GPU for cuda...
-            raise StartupError(f"cannot start the engine ({self.model_path}, backend {p['backend']}): "
-                               f"{type(e).__name__}: {e}") from e
+            raise StartupError(engine_error_message(e, self.model_path, p["backend"], p["kv_capacity_tokens"],
+                                                    p["vram_ceiling_gb"])) from e
         self.backend_name = str(getattr(engine, "backend_name", None) or getattr(
             getattr(engine, "backend", None), "name", None) or p["backend"])
         return engine
@@ -344,6 +411,7 @@ class ReasoningNode(Node):
             "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
             "fallback_rate": s["fallback_rate"], "late_results_discarded": self.cycle.late_results,
             "probes": self.cycle.probes, "bad_timings": self.cycle.bad_timings,
+            "wake_slack_ms": self.cycle.wake_slack_s * 1000.0,
             "engine_errors": self.cycle.engine_errors,
         }
         cycles = max(1, s["cycles"])

@@ -50,20 +50,25 @@ def config_file() -> str | None:
     return str(p) if p.is_file() else None
 
 
-def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
+def ensure_model(cache: Path, model: str | None, preset: str = "tiny", tag: str = "demo") -> str:
+    """`model` if given, else the generated preset (seed 0) in the cache, made once."""
     from .make_model import make_model
+
+    if model:
+        return model
+    mdir = cache / f"{preset}-seed0"
+    if not (mdir / "config.json").is_file():
+        print(f"[{tag}] generating the {preset} model into {mdir}", flush=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        make_model(str(mdir), preset=preset, seed=0)
+    return str(mdir)
+
+
+def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
     from .replay import make_test_bag
 
     cache.mkdir(parents=True, exist_ok=True)
-    if model is None:
-        mdir = cache / f"{preset}-seed0"
-        if not (mdir / "config.json").is_file():
-            print(f"[demo] generating the {preset} model into {mdir}", flush=True)
-            if preset == "micro":
-                make_model(str(mdir), seed=0, cfg=_micro())
-            else:
-                make_model(str(mdir), preset=preset, seed=0)
-        model = str(mdir)
+    model = ensure_model(cache, model, preset)
     clip = cache / "demo_clip_v1"
     if not (clip / "metadata.yaml").is_file():
         print(f"[demo] generating the synthetic clip into {clip}", flush=True)
@@ -71,14 +76,6 @@ def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple
         make_test_bag(tmp, frames=150, fps=30.0, width=320, height=240)
         tmp.rename(clip)
     return model, clip
-
-
-def _micro():
-    from ..model.config import ModelConfig
-
-    # 1 layer, hidden 256: ~5 ms a chunk with NumPy, for CPUs where 'tiny' (~20-30 ms) misses 33 ms
-    return ModelConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                       intermediate_size=512, vocab_size=1024)
 
 
 def _child_env() -> dict:

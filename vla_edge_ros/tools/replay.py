@@ -188,6 +188,9 @@ def bag_items(source: Path, counters: Counters, topic: str | None = None) -> Ite
                 + f" (topics: {sorted({c.topic + ' [' + c.msgtype + ']' for c in reader.connections})})"
             )
         conns = [c for c in conns if c.topic == conns[0].topic]  # one camera topic
+        # messages of other topics / types (known or not) are never deserialized: counted as skipped
+        counters.skipped_other += sum(int(getattr(c, "msgcount", 0) or 0) for c in reader.connections
+                                      if c not in conns)
         for conn, t_ns, rawdata in reader.messages(connections=conns):
             try:
                 msg = reader.deserialize(rawdata, conn.msgtype)
@@ -471,7 +474,8 @@ def main(argv=None) -> int:
         rc = 2
     finally:
         log(f"published {counters.published} messages in {time.monotonic() - t_begin:.1f} s, "
-            f"skipped {counters.skipped_corrupt} corrupt, loops {counters.loops}")
+            f"skipped {counters.skipped_corrupt} corrupt and {counters.skipped_other} of other topics/types, "
+            f"loops {counters.loops}")
         node.destroy_node()
         rclpy.try_shutdown()
     return rc

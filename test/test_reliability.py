@@ -1,0 +1,320 @@
+"""Issue 6, the ROS-free part: run-time parameter validation, the VRAM plan and its message, hostile
+model directories (data only, never code), bags with unknown message types, --make-bag safety."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vla_edge_ros.admission import AdmissionController
+from vla_edge_ros.model.config import PRESETS, ModelConfig
+from vla_edge_ros.model.safetensors_io import ModelLoadError
+from vla_edge_ros.model.weights import load_weights
+from vla_edge_ros.nodes import params as P
+from vla_edge_ros.tools import replay as R
+from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model_dir, vram_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_model(str(tmp_path_factory.mktemp("m") / "tiny"), "tiny", seed=1)
+
+
+# --- run-time parameters ------------------------------------------------------------------------------
+
+def test_tunable_and_read_only_parameters():
+    tun = set(P.tunable_names(P.REASONING_SPECS))
+    assert {"period_ms", "safety_margin_ms", "ema_alpha", "tail_k", "max_frame_age_ms", "fallback"} <= tun
+    # what sizes the model, the cache or the subscriptions stays read-only
+    assert not tun & {"kv_capacity_tokens", "policy", "window_frames", "backend", "model_path", "vram_ceiling_gb",
+                      "make_tiny_model", "warmup_chunks"}
+    assert set(P.tunable_names(P.CAMERA_SPECS)) == {"warn_throttle_s"}
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    ({"safety_margin_ms": 40.0}, "period_ms=33.0 must be greater than safety_margin_ms=40.0"),
+    ({"period_ms": 1.5}, "must be greater than safety_margin_ms"),
+    ({"ema_alpha": 0.0}, "ema_alpha=0.0 is outside"),
+    ({"ema_alpha": float("nan")}, "ema_alpha=nan is outside"),
+    ({"tail_k": -1.0}, "tail_k=-1.0 is outside"),
+    ({"max_frame_age_ms": float("inf")}, "max_frame_age_ms=inf is outside"),
+    ({"fallback": "brake"}, "fallback='brake' is not one of zero, hold"),
+    ({"twist_map": [0, 1, 2, 3, 4, 9]}, "twist_map entries"),
+    ({"twist_scale": [1.0, 2.0]}, "twist_scale needs 6 entries"),
+    ({"kv_capacity_tokens": 1024}, "kv_capacity_tokens is read-only"),
+    ({"policy": "semantic"}, "policy is read-only"),
+    ({"ema_alpha": "0.3"}, "ema_alpha: wrong type str"),
+    ({"nonsense": 1}, "nonsense is not a parameter"),
+])
+def test_impossible_run_time_changes_are_refused_with_a_reason(changes, pattern):
+    cur = P.defaults(P.REASONING_SPECS)
+    problems = P.check_update(cur, changes, P.REASONING_SPECS)
+    assert problems and pattern in "; ".join(problems), problems
+
+
+def test_possible_run_time_changes_are_accepted():
+    cur = P.defaults(P.REASONING_SPECS)
+    ok = [{"period_ms": 50.0}, {"safety_margin_ms": 5.0}, {"ema_alpha": 0.5, "tail_k": 2.0},
+          {"period_ms": 10.0, "safety_margin_ms": 9.0},  # together: checked against each other, not the old values
+          {"fallback": "hold"}, {"max_frame_age_ms": 500.0}, {"twist_scale": [0.5] * 6}, {"twist_map": [-1] * 6}]
+    for ch in ok:
+        assert P.check_update(cur, ch, P.REASONING_SPECS) == [], ch
+
+
+def test_admission_and_cycle_configure():
+    from vla_edge_ros.cycle import ReasoningCycle
+    from vla_edge_ros.frame_buffer import FrameBuffer
+
+    a = AdmissionController(period_ms=33.0, safety_margin_ms=2.0)
+    a.configure(period_ms=50.0, ema_alpha=0.5)
+    assert (a.period_ms, a.safety_margin_ms, a.ema_alpha) == (50.0, 2.0, 0.5)
+    with pytest.raises(ValueError):
+        a.configure(safety_margin_ms=60.0)
+    assert a.safety_margin_ms == 2.0  # unchanged after a refusal
+    c = ReasoningCycle(engine=None, frame_buffer=FrameBuffer(), admission=a)
+    c.configure(period_ms=50.0, fallback="hold", max_frame_age_ms=300.0, probe_after=4)
+    assert (c.period_s, c.fallback, c.max_frame_age_ms, c.probe_after) == (0.05, "hold", 300.0, 4)
+    with pytest.raises(ValueError):
+        c.configure(fallback="brake")
+    with pytest.raises(ValueError):
+        c.configure(safety_margin_ms=50.0)
+    assert c.fallback == "hold" and c.margin_s == 0.002
+
+
+# --- VRAM plan -----------------------------------------------------------------------------------------
+
+def test_vram_plan_of_the_design_model():
+    cfg = PRESETS["qwen2.5-1.5b"]
+    plan = vram_plan(cfg, 4096)
+    assert plan["total"] == sum(v for k, v in plan.items() if k != "total")
+    # bf16 weights of the 1.5B transformer without the (unused) 151936-row LM head/embedding: ~2.6 GiB
+    assert 2.4 * GIB < plan["weights"] < 2.9 * GIB
+    assert plan["kv"] == 28 * 2 * 2 * 4096 * 128 * 2  # 112 MiB
+    assert plan["total"] < 8 * GIB
+    assert check_vram_plan(plan, 8.0) is plan
+    # the KV part grows linearly with the capacity
+    assert vram_plan(cfg, 8192)["kv"] == 2 * plan["kv"]
+
+
+def test_plan_over_the_ceiling_names_the_plan_and_the_ceiling():
+    plan = vram_plan(PRESETS["qwen2.5-1.5b"], 4096)
+    with pytest.raises(VramPlanError) as e:
+        check_vram_plan(plan, 2.0, capacity=4096)
+    msg = str(e.value)
+    for needle in ("VRAM plan at kv_capacity_tokens=4096", "weights", "kv 112.0 MiB", "total",
+                   "exceeds the ceiling vram_ceiling_gb=2", "(2048 MiB)", "lower kv_capacity_tokens"):
+        assert needle in msg, msg
+
+
+def test_plan_for_a_model_dir(tiny):
+    plan = plan_for_model_dir(tiny, 512)
+    assert plan == vram_plan(ModelConfig.from_dir(tiny), 512)
+    assert plan_for_model_dir("/nonexistent", 512) is None
+
+
+def test_out_of_memory_start_up_message_names_the_plan(tiny):
+    pytest.importorskip("rclpy")
+    from vla_edge_ros.nodes.reasoning_node import engine_error_message
+
+    class OutOfMemoryError(RuntimeError):  # what CuPy raises, by name
+        pass
+
+    msg = engine_error_message(OutOfMemoryError("Out of memory allocating 1,073,741,824 bytes"), tiny, "cuda", 512,
+                               8.0)
+    assert msg.startswith(f"cannot start the engine ({tiny}, backend cuda): OutOfMemoryError")
+    assert "VRAM plan at kv_capacity_tokens=512" in msg and "vram_ceiling_gb=8" in msg and "total" in msg
+    plain = engine_error_message(ValueError("bad"), tiny, "numpy", 512, 8.0)
+    assert "VRAM plan" not in plain
+
+
+@pytest.mark.gpu
+def test_pure_plan_equals_the_cuda_backend_plan(tiny):
+    cupy = pytest.importorskip("cupy")
+    from vla_edge_ros.cuda.backend import CudaBackend
+
+    cfg = PRESETS["small"]
+    d = make_model(str(Path(tiny).parent / "small"), "small", seed=0)
+    be = CudaBackend(load_weights(d), 1024)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    assert be.plan == vram_plan(cfg, 1024, sms=sms)
+
+
+# --- model directories: data only ---------------------------------------------------------------------
+
+def copy_model(src, dst):
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def test_directory_with_only_a_pickle_checkpoint_is_refused(tiny, tmp_path):
+    d = tmp_path / "pkl"
+    d.mkdir()
+    shutil.copy(Path(tiny) / "config.json", d / "config.json")
+    marker = tmp_path / "PWNED"
+    # a pickle that would create the marker file if anything unpickled it
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(ModelLoadError) as e:
+        load_weights(str(d))
+    assert "pytorch_model.bin" in str(e.value) and "pickle" in str(e.value)
+    assert not marker.exists()
+    # and the node's start-up check refuses the directory before loading anything
+    assert P.check_model_dir(str(d)) and "no model.safetensors" in P.check_model_dir(str(d))[0]
+
+
+def test_hostile_config_is_parsed_as_data_only(tiny, tmp_path):
+    d = Path(copy_model(tiny, tmp_path / "m"))
+    marker = tmp_path / "EXECUTED"
+    (d / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (d / "configuration_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    raw = json.loads((d / "config.json").read_text())
+    raw.update(auto_map={"AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.M"},
+               trust_remote_code=True, __class__="os.system", _name_or_path="$(rm -rf ~)",
+               quantization_config={"nested": [1, {"deep": "x" * 1000}]})
+    (d / "config.json").write_text(json.dumps(raw))
+    cfg = ModelConfig.from_dir(str(d))
+    assert cfg == PRESETS["tiny"]
+    w = load_weights(str(d))
+    assert w.cfg == cfg
+    from vla_edge_ros.engine import Engine
+
+    eng = Engine(str(d), backend="numpy", kv_capacity_tokens=512)
+    try:
+        eng.run_chunk(np.zeros((64, 128, 3), np.uint8))
+    finally:
+        eng.close()
+    assert not marker.exists()
+    assert "modeling_evil" not in sys.modules and "configuration_evil" not in sys.modules
+
+
+@pytest.mark.parametrize("key,value,pattern", [
+    ("hidden_size", 10 ** 30, "bad value"),
+    ("hidden_size", 1e300, "bad value"),
+    ("num_hidden_layers", 1 << 40, "bad value"),
+    ("vocab_size", "151936", "bad value '151936'"),
+    ("hidden_size", True, "bad value True"),
+    ("hidden_size", 512.5, "bad value 512.5"),
+    ("hidden_size", None, "bad value None"),
+    ("hidden_size", [512], "bad value [512]"),
+    ("rope_theta", 10 ** 400, "bad value"),
+    ("rope_theta", "1e6", "bad value"),
+    ("tie_word_embeddings", "false", "bad value 'false'"),
+    ("tie_word_embeddings", 0, "bad value 0"),
+    ("rms_norm_eps", -1.0, "rms_norm_eps=-1.0 must be > 0"),
+])
+def test_config_values_of_the_wrong_type_or_size_are_refused(tmp_path, key, value, pattern):
+    d = tmp_path / "c"
+    d.mkdir()
+    raw = PRESETS["tiny"].to_hf_dict()
+    raw[key] = value
+    (d / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ModelLoadError) as e:
+        ModelConfig.from_dir(str(d))
+    assert "config.json" in str(e.value) and key in str(e.value) and pattern in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("text", ['{"hidden_size": Infinity}', "[" * 100000 + "]" * 100000, '"just a string"',
+                                  "\xff\xfe garbage"])
+def test_unparseable_configs_are_refused(tmp_path, text):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "config.json").write_bytes(text.encode("latin-1"))
+    with pytest.raises(ModelLoadError, match="config.json"):
+        ModelConfig.from_dir(str(d))
+
+
+def test_huge_config_file_is_refused_without_reading_it(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    with open(d / "config.json", "wb") as f:
+        f.truncate(64 << 20)  # sparse 64 MiB
+    with pytest.raises(ModelLoadError, match="too large"):
+        ModelConfig.from_dir(str(d))
+
+
+def test_safetensors_header_with_hostile_shapes(tmp_path):
+    import struct
+
+    from vla_edge_ros.model.safetensors_io import load_file
+
+    for shape, offs in [(["4"], [0, 8]), ([True], [0, 2]), ([2.0], [0, 4]), ([-1], [0, 0]), ([4], ["0", 8]),
+                        ([1 << 63], [0, 0])]:
+        fn = tmp_path / "x.safetensors"
+        header = json.dumps({"w": {"dtype": "BF16", "shape": shape, "data_offsets": offs}}).encode()
+        fn.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+        with pytest.raises(ModelLoadError, match="tensor 'w'"):
+            load_file(str(fn))
+
+
+# --- bags ----------------------------------------------------------------------------------------------
+
+def test_bag_with_unknown_message_types_is_replayed_and_they_are_counted(tmp_path):
+    from rosbags.rosbag2 import Writer
+    from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+
+    ts = get_typestore(Stores.ROS2_JAZZY)
+    ts.register(get_types_from_msg("int32 x\nstring note\n", "acme_msgs/msg/Weird"))
+    good = R.make_test_bag(tmp_path / "img", frames=6, width=32, height=16)
+    items = list(R.bag_items(good, R.Counters()))
+    img_t = R.IMAGE_T
+    with Writer(tmp_path / "mixed", version=9) as w:
+        weird = w.add_connection("/weird", "acme_msgs/msg/Weird", typestore=ts)
+        cam = w.add_connection("/camera/image_raw", img_t, typestore=ts)
+        for i, it in enumerate(items):
+            w.write(weird, it.t_ns - 1, ts.serialize_cdr(ts.types["acme_msgs/msg/Weird"](x=i, note="?"),
+                                                         "acme_msgs/msg/Weird"))
+            w.write(weird, it.t_ns - 1, b"\x00\x01\x00\x00\xff\xff\xff\x7f truncated weird")  # corrupt + unknown
+            if i == 3:
+                w.write(cam, it.t_ns, b"\x00\x01\x00\x00 not an image")  # corrupt image message
+                continue
+            msg = ts.types[img_t](header=ts.types["std_msgs/msg/Header"](
+                stamp=ts.types["builtin_interfaces/msg/Time"](sec=it.stamp_ns // 10 ** 9, nanosec=it.stamp_ns % 10 ** 9),
+                frame_id="camera"), height=16, width=32, encoding="rgb8", is_bigendian=0, step=96,
+                data=np.frombuffer(it.raw["data"], np.uint8).copy())
+            w.write(cam, it.t_ns, ts.serialize_cdr(msg, img_t))
+    c = R.Counters()
+    got = list(R.bag_items(tmp_path / "mixed", c))
+    assert len(got) == 5 and c.skipped_corrupt == 1 and c.skipped_other == 12
+    assert [g.stamp_ns for g in got] == [it.stamp_ns for i, it in enumerate(items) if i != 3]
+
+
+def test_make_bag_refuses_to_overwrite_a_non_empty_directory(tmp_path):
+    d = tmp_path / "existing"
+    d.mkdir()
+    (d / "precious.txt").write_text("keep me")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.replay", "--make-bag", str(d), "--frames", "3"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "exists" in r.stderr, r.stderr
+    assert [p.name for p in d.iterdir()] == ["precious.txt"] and (d / "precious.txt").read_text() == "keep me"
+
+
+def test_soak_verdict_and_growth():
+    from vla_edge_ros.tools.soak import growth_pct, verdict
+
+    assert growth_pct([100.0] * 10 + [101.0] * 10) == pytest.approx(1.0)
+    assert growth_pct([100.0]) is None
+    base = dict(rss_growth_pct=0.5, vram_growth_pct=None, cycles=1000, deadline_miss_rate=0.0, deadline_misses=0,
+                node_alive=True, node_exit=None, action_rate_hz=30.2, expected_rate_hz=1000 / 33)
+    assert verdict(base, 2.0, 2.0, 0.0) == []
+    assert "RSS grew" in verdict(dict(base, rss_growth_pct=2.5), 2.0, 2.0, 0.0)[0]
+    assert "VRAM grew" in verdict(dict(base, vram_growth_pct=3.0), 2.0, 2.0, 0.0)[0]
+    assert "deadline-miss rate" in verdict(dict(base, deadline_miss_rate=0.001, deadline_misses=1), 2.0, 2.0, 0.0)[0]
+    assert "exited" in verdict(dict(base, node_alive=False, node_exit=1), 2.0, 2.0, 0.0)[0]
+    assert not math.isnan(base["expected_rate_hz"])

@@ -1,0 +1,412 @@
+"""vla-edge-soak: run the whole loop for minutes and check that nothing leaks or slips.
+
+Starts the bringup (``python -m vla_edge_ros.nodes.bringup``) and a 60 Hz replay
+(``python -m vla_edge_ros.tools.replay SOURCE --loop``) as subprocesses, like vla-edge-demo, and
+samples once a second:
+
+* RSS of the bringup process (``/proc/PID/status`` VmRSS),
+* VRAM (``vram_peak_mb`` of /diagnostics; null on the NumPy backend),
+* cycles, model actions, fallbacks and late (deadline-missed) cycles of that second (``~/cycle``),
+  cycle latency p50/p99 of that second, the node's own /diagnostics counters (deadline misses,
+  FrameBuffer drops, camera rate, invalid frames, cache fill).
+
+Writes ``samples.csv`` and ``summary.json`` into ``--out`` and prints a verdict:
+
+* RSS growth after warm-up < 2 % (median of the first 10 post-warm-up samples vs the last 10),
+* VRAM growth after warm-up < 2 % (when there is a GPU),
+* deadline-miss rate 0 (actions published after their deadline, as the node counts them),
+* the node stayed alive and kept publishing.
+
+Exit status 0 when the verdict passes, 1 when it fails, 2 when the run could not start.
+
+    vla-edge-soak --minutes 10                      # tiny preset, kv 512 on CPU, generated 60 Hz clip
+    vla-edge-soak --seconds 60 --preset micro --out /tmp/soak
+    vla-edge-soak --minutes 60 --model DIR --source BAG --backend cuda
+
+Generated assets go to the cache dir of vla-edge-demo ($VLA_EDGE_CACHE, else out/cache in-tree,
+else $XDG_CACHE_HOME/vla_edge_ros); results only to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .demo import _child_env, config_file, ensure_model
+
+CSV_FIELDS = ("t_s", "rss_mb", "vram_mb", "cycles", "model", "fallback", "late", "cycle_ms_p50", "cycle_ms_p99",
+              "chunk_ms_p50", "reasons", "diag_cycles", "diag_deadline_misses", "frames_dropped", "frames_published",
+              "camera_rate_hz", "frames_invalid", "cache_fill", "retained_frames", "ema_estimate_ms")
+
+
+def read_rss_mb(pid: int) -> float | None:
+    """VmRSS of a process in MiB (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _num(v) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def growth_pct(values: list[float], n: int = 10) -> float | None:
+    """Growth (%) from the median of the first ``n`` values to the median of the last ``n``."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    k = max(1, min(n, len(vals) // 2))
+    a, b = float(np.median(vals[:k])), float(np.median(vals[-k:]))
+    return (b - a) / a * 100.0 if a > 0 else None
+
+
+def verdict(summary: dict, max_rss_growth: float, max_vram_growth: float, max_miss_rate: float) -> list[str]:
+    """The failed checks (empty: pass)."""
+    bad = []
+    g = summary["rss_growth_pct"]
+    if g is None:
+        bad.append("no RSS samples after warm-up")
+    elif g >= max_rss_growth:
+        bad.append(f"RSS grew {g:.2f} % after warm-up (limit {max_rss_growth} %)")
+    v = summary["vram_growth_pct"]
+    if v is not None and v >= max_vram_growth:
+        bad.append(f"VRAM grew {v:.2f} % after warm-up (limit {max_vram_growth} %)")
+    if summary["cycles"] == 0:
+        bad.append("no cycles")
+    elif summary["deadline_miss_rate"] > max_miss_rate:
+        bad.append(f"deadline-miss rate {summary['deadline_miss_rate']:.5f} ({summary['deadline_misses']} of "
+                   f"{summary['cycles']} cycles; limit {max_miss_rate})")
+    if not summary["node_alive"]:
+        bad.append(f"vla_edge exited during the soak (status {summary['node_exit']})")
+    if summary["cycles"] and abs(summary["action_rate_hz"] - summary["expected_rate_hz"]) > 3.0:
+        bad.append(f"action rate {summary['action_rate_hz']:.1f} Hz, want {summary['expected_rate_hz']:.1f} +- 3")
+    return bad
+
+
+def ensure_clip(cache: Path, fps: float, width: int, height: int) -> Path:
+    from .replay import make_test_bag
+
+    clip = cache / f"soak_clip_{width}x{height}_{fps:g}hz_v1"
+    if not (clip / "metadata.yaml").is_file():
+        print(f"[soak] generating a {fps:g} Hz synthetic clip into {clip}", flush=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / f"soak_clip_tmp{os.getpid()}"
+        make_test_bag(tmp, frames=int(round(5 * fps)), fps=fps, width=width, height=height)
+        tmp.rename(clip)
+    return clip
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="vla-edge-soak", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=None, help="soak length in minutes (default 10)")
+    ap.add_argument("--seconds", type=float, default=None, help="soak length in seconds (overrides --minutes)")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="seconds excluded from the growth checks (default: 60, at most a quarter of the run)")
+    ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated clip)")
+    ap.add_argument("--fps", type=float, default=60.0, help="frame rate of the generated clip (default 60)")
+    ap.add_argument("--width", type=int, default=320)
+    ap.add_argument("--height", type=int, default=240)
+    ap.add_argument("--model", help="model dir (default: the generated --preset model)")
+    ap.add_argument("--preset", default="tiny", help="tiny (default), micro, small, qwen2.5-1.5b")
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--kv-capacity", type=int, default=None, help="kv_capacity_tokens (default 512 on the NumPy "
+                    "backend, as vla-edge-demo; the config's on CUDA)")
+    ap.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
+                    help="extra vla_edge parameter (repeatable)")
+    ap.add_argument("--out", help="output directory (default ./soak-YYYYmmdd-HHMMSS)")
+    ap.add_argument("--max-rss-growth", type=float, default=2.0, help="percent (default 2)")
+    ap.add_argument("--max-vram-growth", type=float, default=2.0, help="percent (default 2)")
+    ap.add_argument("--max-miss-rate", type=float, default=0.0, help="deadline-miss rate (default 0)")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    a.duration = a.seconds if a.seconds is not None else 60.0 * (a.minutes if a.minutes is not None else 10.0)
+    if not a.duration > 0:
+        ap.error("the soak needs a positive duration")
+    if a.warmup is None:
+        a.warmup = min(60.0, a.duration / 4.0)
+    if not 0 <= a.warmup < a.duration:
+        ap.error("--warmup must be >= 0 and shorter than the soak")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    from ..nodes.params import cache_root
+
+    out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if out_dir.exists() and any(out_dir.iterdir()):
+        print(f"vla-edge-soak: {out_dir} exists and is not empty", file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if "ROS_DOMAIN_ID" not in os.environ:
+        os.environ["ROS_DOMAIN_ID"] = str(random.randint(1, 100))
+    cache = cache_root()
+    model = ensure_model(cache, a.model, a.preset, tag="soak")
+    source = a.source or str(ensure_clip(cache, a.fps, a.width, a.height))
+
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from ..engine import cuda_available
+    from .replay import _peek_bag_kind, is_bag
+
+    env = _child_env()
+    node_cmd = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args"]
+    cfg = config_file()
+    if cfg:
+        node_cmd += ["--params-file", cfg]
+    node_cmd += ["-p", f"model_path:={model}", "-p", f"policy:={a.policy}", "-p", f"backend:={a.backend}",
+                 "-r", "image:=/camera/image_raw", "-r", "image/compressed:=/camera/image_raw/compressed"]
+    on_gpu = a.backend == "cuda" or (a.backend == "auto" and cuda_available())
+    kv_cap = a.kv_capacity or (None if on_gpu else 512)
+    if kv_cap:
+        node_cmd += ["-p", f"kv_capacity_tokens:={kv_cap}"]
+    src = Path(source)
+    compressed = is_bag(src) and _peek_bag_kind(src, None)[0] == "compressed"
+    if compressed:
+        node_cmd += ["-p", "transport:=compressed"]
+    period_ms = 33.0
+    for p in a.param:
+        node_cmd += ["-p", p]
+        if p.startswith("period_ms:="):
+            period_ms = float(p.split(":=", 1)[1])
+    replay_cmd = [sys.executable, "-m", "vla_edge_ros.tools.replay", source, "--loop", "--quiet"]
+    replay_cmd += ["--topic", "/camera/image_raw/compressed"] if compressed else \
+        ["--format", "raw", "--topic", "/camera/image_raw"]
+
+    print(f"[soak] ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} model={model} source={source} "
+          f"duration={a.duration:.0f} s warm-up={a.warmup:.0f} s out={out_dir}", flush=True)
+    (out_dir / "command.txt").write_text(" ".join(node_cmd) + "\n" + " ".join(replay_cmd) + "\n")
+
+    lock = threading.Lock()
+    cyc_buf: list[dict] = []
+    diag: dict = {}
+
+    def on_cycle(m):
+        with lock:
+            cyc_buf.append({v.key: v.value for v in m.values})
+
+    def on_diag(m):
+        d = {}
+        for st in m.status:
+            d.update({v.key: v.value for v in st.values})
+        with lock:
+            diag.clear()
+            diag.update(d)
+
+    rclpy.init()
+    n = rclpy.create_node("vla_edge_soak")
+    n.create_subscription(DiagnosticStatus, "/vla_edge/cycle", on_cycle,
+                          QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+    n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+    stop_spin = threading.Event()
+
+    def spin():
+        while not stop_spin.is_set():
+            try:
+                rclpy.spin_once(n, timeout_sec=0.05)
+            except Exception:  # noqa: BLE001 - shutdown race
+                break
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    node_log = open(out_dir / "vla_edge.log", "wb")
+    replay_log = open(out_dir / "replay.log", "wb")
+    procs: list[subprocess.Popen] = []
+    rows: list[dict] = []
+    totals = collections.Counter()
+    reason_totals = collections.Counter()
+    all_cycle_ms: list[float] = []
+    all_chunk_ms: list[float] = []
+    late_cycles: list[dict] = []  # the first late cycles in full, for the post-mortem
+    rc = 0
+    summary: dict = {}
+    try:
+        procs.append(subprocess.Popen(node_cmd, env=env, stdout=node_log, stderr=subprocess.STDOUT))
+        node = procs[0]
+        t_start = time.monotonic()
+        while True:
+            with lock:
+                if cyc_buf and diag:
+                    break
+            if node.poll() is not None:
+                print(f"[soak] vla_edge exited with {node.returncode} before its first cycle; see "
+                      f"{out_dir / 'vla_edge.log'}", file=sys.stderr)
+                return 2
+            if time.monotonic() - t_start > 180:
+                print("[soak] no cycle within 180 s", file=sys.stderr)
+                return 2
+            time.sleep(0.1)
+        procs.append(subprocess.Popen(replay_cmd, env=env, stdout=replay_log, stderr=subprocess.STDOUT))
+        with lock:
+            cyc_buf.clear()
+            d0 = dict(diag)
+        t0 = time.monotonic()
+        print(f"[soak] first cycle after {t0 - t_start:.1f} s; soaking {a.duration:.0f} s", flush=True)
+        diag_cycles0 = int(_num(d0.get("cycles")) or 0)
+        diag_miss0 = int(_num(d0.get("deadline_misses")) or 0)
+        with open(out_dir / "samples.csv", "w", newline="") as fcsv:
+            w = csv.DictWriter(fcsv, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            k = 1
+            next_report = 60.0
+            while True:
+                target = t0 + k
+                time.sleep(max(0.0, target - time.monotonic()))
+                now = time.monotonic() - t0
+                with lock:
+                    batch, cyc_buf[:] = list(cyc_buf), []
+                    d = dict(diag)
+                rss = read_rss_mb(node.pid)
+                reasons = collections.Counter(c.get("reason", "?") for c in batch)
+                cms = [x for x in (_num(c.get("cycle_ms")) for c in batch) if x is not None]
+                chk = [x for x in (_num(c.get("chunk_ms")) for c in batch if c.get("reason") == "fresh")
+                       if x is not None]
+                late = sum(c.get("late") == "True" for c in batch)
+                late_cycles += [dict(c, t_s=round(now, 1)) for c in batch if c.get("late") == "True"][
+                    :max(0, 50 - len(late_cycles))]
+                model_n = sum(c.get("source") == "model" for c in batch)
+                all_cycle_ms += cms
+                all_chunk_ms += chk
+                totals.update(cycles=len(batch), model=model_n, fallback=len(batch) - model_n, late=late)
+                reason_totals.update(reasons)
+                row = {
+                    "t_s": round(now, 3), "rss_mb": rss, "vram_mb": _num(d.get("vram_peak_mb")),
+                    "cycles": len(batch), "model": model_n, "fallback": len(batch) - model_n, "late": late,
+                    "cycle_ms_p50": float(np.percentile(cms, 50)) if cms else None,
+                    "cycle_ms_p99": float(np.percentile(cms, 99)) if cms else None,
+                    "chunk_ms_p50": float(np.percentile(chk, 50)) if chk else None,
+                    "reasons": ";".join(f"{r}={c}" for r, c in sorted(reasons.items())),
+                    "diag_cycles": _num(d.get("cycles")), "diag_deadline_misses": _num(d.get("deadline_misses")),
+                    "frames_dropped": _num(d.get("frames_dropped")),
+                    "frames_published": _num(d.get("frames_published")),
+                    "camera_rate_hz": _num(d.get("camera_rate_hz")), "frames_invalid": _num(d.get("frames_invalid")),
+                    "cache_fill": _num(d.get("cache_fill")), "retained_frames": _num(d.get("retained_frames")),
+                    "ema_estimate_ms": _num(d.get("ema_estimate")),
+                }
+                rows.append(row)
+                w.writerow(row)
+                fcsv.flush()
+                if node.poll() is not None or now >= a.duration:
+                    break
+                if now >= next_report:
+                    next_report += 60.0
+                    print(f"[soak] {now:5.0f} s: rss {rss:.1f} MiB, cycles {totals['cycles']}, model "
+                          f"{totals['model']}, late {totals['late']}, {dict(reason_totals)}", flush=True)
+                k += 1
+        t1 = time.monotonic()
+        time.sleep(1.5)  # one more /diagnostics roll-up
+        with lock:
+            d_end = dict(diag)
+        window = t1 - t0
+        post = [r for r in rows if r["t_s"] >= a.warmup]
+        rss_post = [r["rss_mb"] for r in post if r["rss_mb"] is not None]
+        vram_post = [r["vram_mb"] for r in post if r["vram_mb"] is not None]
+        diag_cycles = int(_num(d_end.get("cycles")) or 0) - diag_cycles0
+        diag_miss = int(_num(d_end.get("deadline_misses")) or 0) - diag_miss0
+        cycles = max(totals["cycles"], diag_cycles)
+        misses = max(totals["late"], diag_miss)
+        summary = {
+            "duration_s": round(window, 1), "warmup_s": a.warmup, "model": model, "source": source,
+            "backend": d_end.get("backend"), "policy": a.policy, "kv_capacity_tokens": kv_cap,
+            "node_command": node_cmd, "replay_command": replay_cmd,
+            "rss_mb_start": rss_post[0] if rss_post else None, "rss_mb_end": rss_post[-1] if rss_post else None,
+            "rss_mb_min": min(rss_post) if rss_post else None, "rss_mb_max": max(rss_post) if rss_post else None,
+            "rss_mb_first_sample": rows[0]["rss_mb"] if rows else None,
+            "rss_growth_pct": growth_pct(rss_post),
+            "vram_mb_start": vram_post[0] if vram_post else None, "vram_mb_end": vram_post[-1] if vram_post else None,
+            "vram_growth_pct": growth_pct(vram_post),
+            "cycles": cycles, "cycles_seen": totals["cycles"], "model_actions": totals["model"],
+            "fallbacks": totals["fallback"], "reasons": dict(reason_totals),
+            "deadline_misses": misses, "deadline_miss_rate": misses / cycles if cycles else 0.0,
+            "expected_rate_hz": 1000.0 / period_ms, "action_rate_hz": totals["cycles"] / window if window else 0.0,
+            "cycle_ms_p50": float(np.percentile(all_cycle_ms, 50)) if all_cycle_ms else None,
+            "cycle_ms_p99": float(np.percentile(all_cycle_ms, 99)) if all_cycle_ms else None,
+            "cycle_ms_max": max(all_cycle_ms) if all_cycle_ms else None,
+            "chunk_ms_p50": float(np.percentile(all_chunk_ms, 50)) if all_chunk_ms else None,
+            "chunk_ms_p99": float(np.percentile(all_chunk_ms, 99)) if all_chunk_ms else None,
+            "camera_rate_hz": _num(d_end.get("camera_rate_hz")),
+            "frames_published": _num(d_end.get("frames_published")),
+            "frames_dropped": _num(d_end.get("frames_dropped")),
+            "frames_invalid": _num(d_end.get("frames_invalid")),
+            "node_alive": node.poll() is None, "node_exit": node.returncode,
+            "late_cycles": [{k: c.get(k) for k in ("t_s", "cycle", "reason", "cycle_ms", "since_scheduled_tick_ms",
+                                                    "jitter_ms", "chunk_ms", "probe")} for c in late_cycles],
+        }
+        bad = verdict(summary, a.max_rss_growth, a.max_vram_growth, a.max_miss_rate)
+        summary["verdict"] = "pass" if not bad else "fail"
+        summary["failures"] = bad
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        rc = 0 if not bad else 1
+
+        def f(x, fmt=".2f"):
+            return "n/a" if x is None else format(x, fmt)
+
+        print("\n==== vla-edge-soak summary ====")
+        print(f"window        {window:.0f} s (warm-up {a.warmup:.0f} s), backend {summary['backend']}, "
+              f"model {model}")
+        print(f"RSS           {f(summary['rss_mb_start'], '.1f')} -> {f(summary['rss_mb_end'], '.1f')} MiB after "
+              f"warm-up (growth {f(summary['rss_growth_pct'])} %, max {f(summary['rss_mb_max'], '.1f')})")
+        print(f"VRAM peak     {f(summary['vram_mb_start'], '.1f')} -> {f(summary['vram_mb_end'], '.1f')} MiB "
+              f"(growth {f(summary['vram_growth_pct'])} %)")
+        print(f"cycles        {cycles} at {summary['action_rate_hz']:.1f} Hz; model {totals['model']}, "
+              f"fallbacks {totals['fallback']} {dict(reason_totals)}")
+        print(f"deadline miss {misses} (rate {summary['deadline_miss_rate']:.5f})")
+        print(f"cycle latency p50 {f(summary['cycle_ms_p50'])} ms, p99 {f(summary['cycle_ms_p99'])} ms, max "
+              f"{f(summary['cycle_ms_max'])} ms; chunk p50 {f(summary['chunk_ms_p50'])} ms, p99 "
+              f"{f(summary['chunk_ms_p99'])} ms")
+        print(f"camera        {f(summary['camera_rate_hz'], '.1f')} Hz, published "
+              f"{f(summary['frames_published'], '.0f')}, dropped {f(summary['frames_dropped'], '.0f')}, invalid "
+              f"{f(summary['frames_invalid'], '.0f')}")
+        print(f"verdict       {summary['verdict'].upper()}" + ("" if not bad else ": " + "; ".join(bad)))
+        print(f"files         {out_dir / 'samples.csv'}, {out_dir / 'summary.json'}", flush=True)
+    except KeyboardInterrupt:
+        rc = 130
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in reversed(procs):
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        node_log.close()
+        replay_log.close()
+        stop_spin.set()
+        spinner.join(2)
+        n.destroy_node()
+        rclpy.try_shutdown()
+        if summary and procs and procs[0].returncode not in (0, None) and summary.get("node_alive"):
+            print(f"[soak] note: vla_edge exited with {procs[0].returncode} at shutdown", file=sys.stderr)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
