@@ -29,6 +29,7 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
     __shared__ __align__(16) bf16_t Qs[ATT_ROWS][LDS];
     __shared__ __align__(16) bf16_t Ks[ATT_TILE][LDS];
     __shared__ __align__(16) bf16_t Vs[ATT_TILE][LDS];
+    PDL_ENTRY();
     const int g = blockIdx.x, rg = blockIdx.y, sp = blockIdx.z;
     const int nrg = gridDim.y, nsplit = gridDim.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, r = lane >> 2, qd = lane & 3;
@@ -233,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(128)
 attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,
              int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_bf) {
     __shared__ float sm[64], sl[64], sw[64];
+    PDL_ENTRY();
     const int rowid = blockIdx.x, d = threadIdx.x;
     const int rl = rowid % ATT_ROWS, grg = rowid / ATT_ROWS;
     const int g = grg / nrg, rg = grg - g * nrg;

@@ -8,6 +8,21 @@
 #endif
 typedef unsigned short bf16_t;  // raw bf16 bits, as the weights are stored
 
+// Programmatic Dependent Launch (Hopper, sm_90+). The kernels are compiled twice: without VLA_PDL (variant v3:
+// both macros are empty, the code is the v3 code) and with -DVLA_PDL (variants v3p / v4, launched with
+// cuLaunchKernelEx + CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). PDL_TRIGGER lets the next kernel in
+// the stream start its blocks (they run up to their own PDL_WAIT); PDL_WAIT blocks until every grid this one
+// depends on has completed and its memory is visible. Rule kept by every kernel: only reads of constant data
+// (weights) before PDL_WAIT, no write and no return before it. Without the launch attribute both are no-ops.
+#if defined(VLA_PDL) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_TRIGGER() do { } while (0)
+#define PDL_WAIT() do { } while (0)
+#endif
+#define PDL_ENTRY() do { PDL_TRIGGER(); PDL_WAIT(); } while (0)
+
 __device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ float bflo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bfhi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }

@@ -5,6 +5,7 @@
 
 extern "C" __global__ void embed_gather(const bf16_t* __restrict__ table, const bf16_t* __restrict__ start_row,
                                         const int* __restrict__ idx, int H, float* __restrict__ out) {
+    PDL_ENTRY();
     const int id = idx[0];
     const bf16_t* src = id < 0 ? start_row : table + (size_t)id * H;
     for (int h = blockIdx.x * blockDim.x + threadIdx.x; h < H; h += gridDim.x * blockDim.x) out[h] = bf2f(src[h]);

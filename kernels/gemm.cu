@@ -66,11 +66,19 @@ gemm_bf16_t32(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float*
     const int per = (nch + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
     const int c1 = min(nch, c0 + per);
-    // L2 prefetch of this warp's 16 W rows over its k range (one line = one 64-wide chunk of a row)
+    // L2 prefetch of this warp's 16 W rows over its k range (one line = one 64-wide chunk of a row). With PDL it is
+    // issued before the dependency wait, unless VLA_GEMM_LATE_PREFETCH (variant v5p: early prefetch of a whole
+    // layer's weights while the previous GEMM still streams may thrash the L2).
+#ifdef VLA_GEMM_LATE_PREFETCH
+    PDL_ENTRY();
+#endif
     for (int e = lane; e < 16 * (c1 - c0); e += 32) {
         const int rr = e / (c1 - c0), cc = c0 + e % (c1 - c0);
         asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + rr) * K + cc * 64));
     }
+#ifndef VLA_GEMM_LATE_PREFETCH
+    PDL_ENTRY();
+#endif
     float acc[2][2][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i)

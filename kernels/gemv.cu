@@ -23,6 +23,7 @@ dec_qkv(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, c
     rows[0] = (blockIdx.x * GEMV_WARPS + warp) * 2;
     rows[1] = rows[0] + 1;
     warp_prefetch_rows<2>(W, K, rows, N);
+    PDL_ENTRY();
     norm_to_smem(x, ln, eps, K, xs, red);
     if (rows[0] >= N) return;
     if (rows[1] >= N) rows[1] = rows[0];
@@ -51,6 +52,7 @@ dec_proj_residual(const float* __restrict__ a, const bf16_t* __restrict__ W, int
     int rows[1];
     rows[0] = blockIdx.x * GEMV_WARPS + warp;
     warp_prefetch_rows<1>(W, K, rows, N);
+    PDL_ENTRY();
     copy_to_smem(a, K, xs);
     if (rows[0] >= N) return;
     float acc[1];
@@ -71,6 +73,7 @@ dec_gateup(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps
     const int i1 = (i0 + 1 < I) ? i0 + 1 : i0;
     int rows[4] = {i0, I + i0, i1, I + i1};
     if (i0 < I) warp_prefetch_rows<4>(W, K, rows, 2 * I);
+    PDL_ENTRY();
     norm_to_smem(x, ln, eps, K, xs, red);
     if (i0 >= I) return;
     float acc[4];

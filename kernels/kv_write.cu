@@ -5,6 +5,7 @@
 extern "C" __global__ void kv_write(const float* __restrict__ qkv, int T, int NQ, int NKVD, int D,
                                     bf16_t* __restrict__ kc, bf16_t* __restrict__ vc, const int* __restrict__ order,
                                     const int* __restrict__ params, int q_off, int cap) {
+    PDL_ENTRY();
     const int stride = NQ + 2 * NKVD;
     const int n = T * 2 * NKVD;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {

@@ -19,6 +19,7 @@ lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float
     int rows[1];
     rows[0] = blockIdx.x * (HEAD_THREADS / 32) + warp;
     warp_prefetch_rows<1>(head, H, rows, nrows);
+    PDL_ENTRY();
     norm_to_smem(x, ln, eps, H, xs, red);
     if (rows[0] < nrows) {
         float acc[1];

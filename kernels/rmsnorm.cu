@@ -7,6 +7,7 @@ extern "C" __global__ void rmsnorm_bf16(const float* __restrict__ x, const bf16_
                                         bf16_t* __restrict__ out, const float* __restrict__ bias, int N,
                                         float* __restrict__ y_init) {
     __shared__ float red[32];
+    PDL_ENTRY();
     const int t = blockIdx.x;
     const float* xr = x + (size_t)t * H;
     float ss = 0.f;
@@ -21,6 +22,7 @@ extern "C" __global__ void rmsnorm_bf16(const float* __restrict__ x, const bf16_
 extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps, int H,
                                        float* __restrict__ out) {
     __shared__ float red[32];
+    PDL_ENTRY();
     const int t = blockIdx.x;
     const float* xr = x + (size_t)t * H;
     float ss = 0.f;

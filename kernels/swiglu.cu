@@ -2,6 +2,7 @@
 #include "common.cuh"
 
 extern "C" __global__ void silu_mul_bf16(const float* __restrict__ gu, int T, int I, bf16_t* __restrict__ act) {
+    PDL_ENTRY();
     const int n = T * I;
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
         const int t = e / I, i = e - t * I;

@@ -2,6 +2,7 @@
 #include "common.cuh"
 
 extern "C" __global__ void stamp(unsigned long long* ts, int i) {
+    PDL_ENTRY();
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     ts[i] = t;

@@ -13,6 +13,7 @@ vision_encode(const unsigned char* __restrict__ frame, const bf16_t* __restrict_
     __shared__ float Ps[VT][VK + 1];
     __shared__ float Ws[32][VK + 1];
     __shared__ float Xs[VT][33];
+    PDL_ENTRY();
     const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;  // ty: 8 groups of 4 tokens
     const int h0 = blockIdx.x * 32;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};

@@ -16,6 +16,8 @@ from vla_edge_ros.tools.make_model import make_model
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
+VARIANTS = ["v3", "v3p", "v4", "v5", "v5w", "v5p"]
+
 
 def cos(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -52,7 +54,8 @@ def tiny(tmp_path_factory):
     return load_weights(d)
 
 
-def test_tiny_chunks_match_reference_through_evictions(tiny):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_tiny_chunks_match_reference_through_evictions(tiny, variant):
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.eviction import make_policy
     from vla_edge_ros.kv_cache import KvCache
@@ -60,7 +63,8 @@ def test_tiny_chunks_match_reference_through_evictions(tiny):
     cap, P = 512, 20
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, tiny.cfg.vocab_size, P)
-    gpu = CudaBackend(tiny, cap)
+    gpu = CudaBackend(tiny, cap, variant=variant)
+    assert gpu.variant == variant
     ref = ReferenceModel(tiny, cap)
     kv_g = KvCache(cap, P, make_policy("fifo"))
     gpu.load_prompt(prompt, kv_g.prompt_slots)
@@ -80,7 +84,8 @@ def test_tiny_chunks_match_reference_through_evictions(tiny):
     assert gpu.peak_vram_bytes > 0 and gpu.peak_vram_bytes <= gpu.plan["total"]
 
 
-def test_tiny_semantic_policy_and_reordered_positions(tiny):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_tiny_semantic_policy_and_reordered_positions(tiny, variant):
     """Semantic eviction removes frames from the middle: positions of later frames move."""
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.eviction import make_policy
@@ -89,7 +94,7 @@ def test_tiny_semantic_policy_and_reordered_positions(tiny):
     cap, P = 300, 7
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, tiny.cfg.vocab_size, P)
-    gpu, ref = CudaBackend(tiny, cap), ReferenceModel(tiny, cap)
+    gpu, ref = CudaBackend(tiny, cap, variant=variant), ReferenceModel(tiny, cap)
     kv = KvCache(cap, P, make_policy("semantic"))
     gpu.load_prompt(prompt, kv.prompt_slots)
     ref.load_prompt(prompt, kv.prompt_slots)
@@ -120,36 +125,58 @@ def big(tmp_path_factory):
     return d
 
 
+def test_unknown_variant_refused(tiny):
+    from vla_edge_ros.cuda.backend import CudaBackend
+
+    with pytest.raises(ValueError, match="unknown CUDA variant"):
+        CudaBackend(tiny, 300, variant="v9")
+
+
+@pytest.fixture(scope="module")
+def big_weights(big):
+    return load_weights(big)
+
+
+_HF = {}
+
+
 @pytest.mark.slow
-def test_qwen15b_plan_fits_8gib_and_matches_reference_and_hf(big):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_qwen15b_plan_fits_8gib_and_matches_reference_and_hf(big, big_weights, variant):
     from vla_edge_ros.cuda.backend import GIB, CudaBackend
 
-    w = load_weights(big)
+    w = big_weights
     cap, P = 4096, 24
-    gpu = CudaBackend(w, cap, vram_ceiling_gb=8.0)
+    gpu = CudaBackend(w, cap, vram_ceiling_gb=8.0, variant=variant)
     assert gpu.plan["total"] <= 8 * GIB, gpu.plan
     rng = np.random.default_rng(2)
     prompt = rng.integers(0, w.cfg.vocab_size, P)
     slots = np.arange(P, dtype=np.int32)
     gpu.load_prompt(prompt, slots)
-    ref = ReferenceModel(w, cap)
-    ref.load_prompt(prompt, slots)
     n_prefix = P
     order = np.arange(P + 40, dtype=np.int32)  # no eviction: positions == HF positions
     frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
     start = int(w.cfg.vocab_size - 300)
     rg = gpu.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True)
-    rr = ref.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True)
+    if "ref" not in _HF:  # the NumPy reference does not depend on the variant: computed once
+        ref = ReferenceModel(w, cap)
+        ref.load_prompt(prompt, slots)
+        _HF["ref"] = (ref, ref.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True))
+    ref, rr = _HF["ref"]
     worst_ref = compare_chunk(rg, rr)
     # HF transformers (fp32 on the GPU) on the same weights, teacher-forced with the GPU's tokens
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    model = transformers.AutoModelForCausalLM.from_pretrained(big, torch_dtype=torch.float32).cuda().eval()
+    if "model" not in _HF:
+        _HF["model"] = transformers.AutoModelForCausalLM.from_pretrained(big, dtype=torch.float32).cuda().eval()
+    model = _HF["model"]
     emb = ref.embed
     seq = np.concatenate([emb[prompt], ref.vision(frame), emb[[start, *rg.tokens[:-1]]]]).astype(np.float32)
     with torch.no_grad():
         out = model(inputs_embeds=torch.from_numpy(seq)[None].cuda()).logits[0, -ACTION_TOKENS:, -256:]
     hf = out.float().cpu().numpy()
     worst_hf = min(cos(rg.logits[s], hf[s]) for s in range(ACTION_TOKENS))
-    print(f"1.5B: worst logits cosine vs reference {worst_ref:.6f}, vs HF {worst_hf:.6f}")
+    print(f"1.5B {variant}: worst logits cosine vs reference {worst_ref:.6f}, vs HF {worst_hf:.6f}")
+    del gpu
+    cp.get_default_memory_pool().free_all_blocks()
     assert worst_hf >= 0.999

@@ -34,26 +34,34 @@ def _nvrtc_and_include():
 NVRTC, INCLUDE = _nvrtc_and_include()
 
 
-def compile_source(path: str, arch: str) -> str:
-    """Compile one .cu to PTX; returns the log; raises AssertionError with the log on failure."""
+def compile_source(path: str, arch: str, extra=(), want_ptx=False):
+    """Compile one .cu to PTX; returns the log (and the PTX with want_ptx); raises AssertionError with the log on
+    failure."""
     nvrtc = NVRTC
     with open(path, "rb") as f:
         src = f.read()
     err, prog = nvrtc.nvrtcCreateProgram(src, os.path.basename(path).encode(), 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
     opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"-std=c++17",
-            f"-I{INCLUDE}".encode(), f"-I{KDIR}".encode()]
+            f"-I{INCLUDE}".encode(), f"-I{KDIR}".encode()] + [e.encode() for e in extra]
     (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    # NVRTC writes into the buffer: it must be a fresh mutable one. (`b" " * 1` is CPython's shared
+    # one-byte object: writing a NUL into it once turned every b" " in the process into b"\x00".)
+    log = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, log)
-    log = log.decode(errors="replace").rstrip("\x00 ")
+    log = bytes(log).decode(errors="replace").rstrip("\x00 ")
+    ptx = b""
     if res == nvrtc.nvrtcResult.NVRTC_SUCCESS:
         _, psize = nvrtc.nvrtcGetPTXSize(prog)
         assert psize > 0
+        if want_ptx:
+            ptx = bytearray(psize)
+            nvrtc.nvrtcGetPTX(prog, ptx)
+            ptx = bytes(ptx)
     nvrtc.nvrtcDestroyProgram(prog)
     assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, f"{os.path.basename(path)} for {arch}:\n{log}"
-    return log
+    return (log, ptx.decode(errors="replace")) if want_ptx else log
 
 
 def test_kernel_sources_exist():
@@ -69,3 +77,25 @@ def test_kernel_sources_exist():
 def test_compiles(path, arch):
     log = compile_source(path, arch)
     assert "warning" not in log.lower() or "declared but never referenced" in log, log
+
+
+@pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
+@pytest.mark.parametrize("path", SOURCES, ids=[os.path.basename(p) for p in SOURCES])
+def test_compiles_with_pdl_hooks(path):
+    """The -DVLA_PDL build (variants v3p / v4): griddepcontrol in every kernel on sm_90, none on sm_80."""
+    log, ptx = compile_source(path, "sm_90", extra=("-DVLA_PDL",), want_ptx=True)
+    assert "warning" not in log.lower() or "declared but never referenced" in log, log
+    n_entries = ptx.count(".entry ")
+    assert n_entries > 0
+    assert ptx.count("griddepcontrol.wait") >= n_entries, "a kernel without PDL_WAIT"
+    _, ptx80 = compile_source(path, "sm_80", extra=("-DVLA_PDL",), want_ptx=True)
+    assert "griddepcontrol" not in ptx80
+
+
+@pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
+def test_gemm_compiles_with_late_prefetch():
+    """Variant v5p's build of the prefill GEMM (PDL wait before the L2 prefetch)."""
+    path = os.path.join(KDIR, "gemm.cu")
+    _, ptx = compile_source(path, "sm_90", extra=("-DVLA_PDL", "-DVLA_GEMM_LATE_PREFETCH"), want_ptx=True)
+    body = ptx[ptx.index(".entry"):]
+    assert body.index("griddepcontrol.wait") < body.index("prefetch.global.L2")

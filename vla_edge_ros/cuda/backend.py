@@ -9,10 +9,30 @@ Graph (captured once, replayed per chunk; see docs/cuda_notes.md):
   tokens + timestamps + pooled into a pinned buffer.
 Lengths, positions and slots are read on the device from the uploaded buffers, so the graph never
 needs re-capture. No cuBLAS, no PyTorch.
+
+Variants (constructor arg `variant`, else env VLA_EDGE_CUDA_VARIANT, else DEFAULT_VARIANT; docs/cuda_notes.md):
+  v3   the v3 kernels, plain launches (the reference path, kept intact);
+  v3p  the v3 kernels compiled with -DVLA_PDL and launched with Programmatic Dependent Launch;
+  v4   PDL + the v4 decode GEMVs (kernels/gemv_v4.cu: x in registers, per-warp norm, weights loaded before the
+       dependency wait, fixed grids, split-K down projection).
+  v5   v4 + decode attention from kernels/attention_v5.cu (128 splits, the K/V tile of old keys staged before
+       the dependency wait) + the prefill launched plainly (PDL slowed it down in v3p/v4) + the stamp after the
+       prefill and after each decode pass launched plainly (a full barrier per pass: what makes the pre-wait
+       K/V reads of earlier passes' keys safe).
+  v5w  v5 with wider prefill GEMM grids: split-K sized for 4 blocks per SM instead of 2 (the GEMM uses 88
+       registers, 128 threads: 5 fit), and the gate/up GEMM split too (its output zeroed by the RMSNorm kernel's
+       bias-init path, then accumulated with atomics).
+  v5p  v5w with the prefill launched with PDL too, its GEMM's L2 prefetch moved after the dependency wait
+       (-DVLA_GEMM_LATE_PREFETCH).
+PDL launches go through cuda-python's cuLaunchKernelEx (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+on the capturing stream, so the graph gets programmatic edges; it needs compute capability >= 9.0 (else v3p/v4
+launch plainly, the PDL hooks are then no-ops).
 """
 from __future__ import annotations
 
+import ctypes
 import math
+import os
 import time
 
 import cupy
@@ -44,8 +64,26 @@ T_PRE = VISION_TOKENS  # prefill GEMM rows (fixed 32)
 N_STAMPS = 3 + ACTION_TOKENS  # vision start, vision end, prefill end, after each decode pass
 
 
+VARIANTS = ("v3", "v3p", "v4", "v5", "v5w", "v5p")
+DEFAULT_VARIANT = "v5"  # fastest variant that passed every GPU test (BENCHMARKS.md, 2026-11-29)
+
+
 class VramPlanError(RuntimeError):
     pass
+
+
+def _g4_overrides() -> dict:
+    """VLA_EDGE_G4="qkv=6x1,gateup=6x2,o=3x1,down=7x1" (KVxRB per GEMV; for qkv/gateup KV is fixed to H/256)."""
+    out = {}
+    for item in filter(None, os.environ.get("VLA_EDGE_G4", "").split(",")):
+        k, v = item.split("=")
+        kv, rb = v.split("x")
+        out[k.strip()] = (int(kv), int(rb))
+    return out
+
+
+G4_DEFAULTS = {"qkv": (0, 1), "gateup": (0, 1), "o": (3, 1), "down": (7, 1)}  # KV 0: fixed by the shape
+G4_MAX_KV = 8
 
 
 def _align(n: int, a: int = 256) -> int:
@@ -55,7 +93,12 @@ def _align(n: int, a: int = 256) -> int:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, decode_splits: int = 64):
+    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, decode_splits: int = 64,
+                 variant: str | None = None):
+        variant = variant or os.environ.get("VLA_EDGE_CUDA_VARIANT") or DEFAULT_VARIANT
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown CUDA variant {variant!r} (known: {', '.join(VARIANTS)})")
+        self.variant = variant
         cfg = self.cfg = weights.cfg
         self.capacity = int(capacity)
         self.vram_ceiling_gb = float(vram_ceiling_gb)
@@ -72,7 +115,8 @@ class CudaBackend:
         self.V0 = cfg.vocab_size - ACTION_VOCAB
         dev = cupy.cuda.Device()
         self.sms = dev.attributes["MultiProcessorCount"]
-        self.decode_splits = max(1, min(64, int(decode_splits)))
+        # v5's combine takes up to 128 partials: one 32-key tile per block at a full 4096-slot cache
+        self.decode_splits = 128 if variant in ("v5", "v5w", "v5p") else max(1, min(64, int(decode_splits)))
         self.nrg_pre = math.ceil(T_PRE * self.group / 64)
         self.prefill_splits = max(1, min(64, round(2 * self.sms / (NKV * self.nrg_pre))))
 
@@ -84,7 +128,30 @@ class CudaBackend:
         pool = cupy.get_default_memory_pool()
         self._pool = pool
         self._pool_base = pool.used_bytes()
-        self.k = Kernels()
+        self.pdl_requested = variant in ("v3p", "v4", "v5", "v5w", "v5p")
+        self.gemm_wide = variant in ("v5w", "v5p")  # prefill GEMM grids for 4 blocks per SM, gate/up split too
+        self._pdl_suspend = False  # v5: prefill launched plainly
+        self.plain_stamps = variant in ("v5", "v5w", "v5p")
+        self.k = Kernels(pdl=self.pdl_requested, defines=("VLA_GEMM_LATE_PREFETCH",) if variant == "v5p" else ())
+        cc = dev.compute_capability  # e.g. "90"
+        self.pdl = self.pdl_requested and int(cc) >= 90
+        self._pdl_prev = False  # the previous op in the stream is a kernel (PDL only applies kernel -> kernel)
+        if self.pdl:
+            try:
+                from cuda.bindings import driver as drv
+            except ImportError:  # no cuda-python: plain launches (the PDL hooks are then no-ops; still correct)
+                drv = None
+                self.pdl = False
+        if self.pdl:
+            self._drv = drv
+            (err,) = drv.cuInit(0)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuInit: {err}")
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            self._pdl_attr = attr
+        self.g4 = self._g4_plan() if variant in ("v4", "v5", "v5w", "v5p") else None
         self._upload_weights(weights)
         self._allocate()
         self._peak = 0
@@ -162,6 +229,7 @@ class CudaBackend:
         self.xb = cp.zeros((T_PRE, max(H, I)), cp.uint16)
         self.qkv = cp.zeros((T_PRE, self.NQKV), cp.float32)
         self.gu = cp.zeros((T_PRE, 2 * I), cp.float32)
+        self.zeros_gu = cp.zeros(2 * I, cp.float32) if self.gemm_wide else None  # 4*2I bytes: in the plan's allowance
         self.att = cp.zeros((T_PRE, self.NQ), cp.float32)
         self.att_bf = cp.zeros((T_PRE, self.NQ), cp.uint16)
         self.xdec = cp.zeros(H, cp.float32)
@@ -197,83 +265,209 @@ class CudaBackend:
         self.o_pooled = self.out_host[olay["pooled"]:olay["pooled"] + 4 * H].view(np.float32)
 
     # ------------------------------------------------------------------------------------ launches
+    @staticmethod
+    def _carg(a):
+        if isinstance(a, cupy.ndarray):
+            return ctypes.c_void_p(a.data.ptr)
+        if isinstance(a, np.int32):
+            return ctypes.c_int32(int(a))
+        if isinstance(a, np.float32):
+            return ctypes.c_float(float(a))
+        if isinstance(a, np.uint64):
+            return ctypes.c_uint64(int(a))
+        if isinstance(a, np.int64):
+            return ctypes.c_int64(int(a))
+        raise TypeError(f"kernel argument of type {type(a).__name__}: use numpy scalars or cupy arrays")
+
+    @staticmethod
+    def _fn_ptr(fn):
+        """CUfunction handle of a CuPy kernel (RawKernel.kernel.ptr, or Function.ptr); None for anything else."""
+        f = getattr(fn, "kernel", fn)
+        ptr = getattr(f, "ptr", None)
+        return int(ptr) if ptr else None
+
+    def _launch(self, name, grid, block, args, shared_mem=0, stream=None):
+        """Launch kernel `name`; with PDL on and a kernel before it in the stream, as a programmatic dependent."""
+        fn = getattr(self.k, name)
+        s = stream if stream is not None else cupy.cuda.get_current_stream()
+        use_pdl = self.pdl and self._pdl_prev and not getattr(self, "_pdl_suspend", False)
+        ptr = self._fn_ptr(fn) if use_pdl else None
+        if ptr is not None:
+            drv = self._drv
+            cargs = [self._carg(a) for a in args]
+            ptrs = (ctypes.c_void_p * len(cargs))(*[ctypes.addressof(c) for c in cargs])
+            g = tuple(grid) + (1,) * (3 - len(grid))
+            b = tuple(block) + (1,) * (3 - len(block))
+            cfg = drv.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(v) for v in g)
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(v) for v in b)
+            cfg.sharedMemBytes = int(shared_mem)
+            cfg.hStream = drv.CUstream(s.ptr)
+            cfg.attrs = [self._pdl_attr]
+            cfg.numAttrs = 1
+            (err,) = drv.cuLaunchKernelEx(cfg, drv.CUfunction(ptr), ctypes.addressof(ptrs), 0)
+            if err != drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuLaunchKernelEx({name}): {err}")
+        else:
+            fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=s)
+        self._pdl_prev = True
+
+    def _blocks_per_sm(self, name: str) -> int:
+        fn = getattr(self.k, name)
+        try:
+            from cuda.bindings import driver as drv
+
+            err, n = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(drv.CUfunction(self._fn_ptr(fn)), 256, 0)
+            if err == drv.CUresult.CUDA_SUCCESS and n > 0:
+                return int(n)
+        except Exception:  # noqa: BLE001 - no cuda-python: the __launch_bounds__ minimum
+            pass
+        return 1 if "gateup" in name else 2
+
+    def _g4_plan(self) -> dict:
+        """Kernel name, KV, RB, segments and grid of each v4 decode GEMV (None: that GEMV stays on v3)."""
+        ov = _g4_overrides()
+        plan = {}
+        for key, K, N in (("qkv", self.H, self.NQKV), ("gateup", self.H, self.I), ("o", self.NQ, self.H),
+                          ("down", self.I, self.H)):
+            kv, rb = ov.get(key, G4_DEFAULTS[key])
+            chunks = K // 256
+            if key in ("qkv", "gateup"):
+                kv = chunks  # one segment: the warp needs all of x for the norm
+            else:
+                kv = max(d for d in range(1, min(kv, G4_MAX_KV) + 1) if chunks % d == 0)
+            if kv > G4_MAX_KV or (kv == G4_MAX_KV and rb > 1):
+                plan[key] = None
+                continue
+            S = chunks // kv
+            name = f"g4_{'proj' if key in ('o', 'down') else key}_{kv}x{rb}"
+            units = math.ceil(N / rb) * S
+            blocks = max(math.ceil(S / 8), min(self.sms * self._blocks_per_sm(name), math.ceil(units / 8)))
+            plan[key] = {"name": name, "kv": kv, "rb": rb, "S": S, "blocks": blocks}
+        return plan
+
     def _ks(self, n_tiles: int, k: int) -> int:
-        return max(1, min(k // 64, math.ceil(2 * self.sms / n_tiles)))
+        per_sm = 4 if getattr(self, "gemm_wide", False) else 2
+        return max(1, min(k // 64, math.ceil(per_sm * self.sms / n_tiles)))
 
     def _prefill_layers(self, s, T: int):
         """All layers for T (<= 32) tokens at positions n_prefix..n_prefix+T-1 (x in self.x_pre)."""
-        k, H, I, eps = self.k, self.H, self.I, np.float32(self.cfg.rms_norm_eps)
+        H, I, eps = self.H, self.I, np.float32(self.cfg.rms_norm_eps)
         i32 = np.int32
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
         nrg = math.ceil(T * self.group / 64)
         nsp = self.prefill_splits
+        if self.variant in ("v5", "v5w"):
+            self._pdl_suspend = True
+            try:
+                self._prefill_body(s, T, H, I, eps, i32, NQKV, NQ, NKVD, D, cap, nrg, nsp)
+            finally:
+                self._pdl_suspend = False
+        else:
+            self._prefill_body(s, T, H, I, eps, i32, NQKV, NQ, NKVD, D, cap, nrg, nsp)
+
+    def _prefill_body(self, s, T, H, I, eps, i32, NQKV, NQ, NKVD, D, cap, nrg, nsp):
         scale = np.float32(math.log2(math.e) / math.sqrt(D))
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
-            k.rmsnorm_bf16((T_PRE,), (256,), (self.x_pre, lw["ln1"], eps, i32(H), self.xb, lw["bqkv"], i32(NQKV),
+            self._launch("rmsnorm_bf16", (T_PRE,), (256,), (self.x_pre, lw["ln1"], eps, i32(H), self.xb, lw["bqkv"], i32(NQKV),
                                               self.qkv), stream=s)
-            k.gemm_bf16_t32((NQKV // 64, self._ks(NQKV // 64, H)), (128,),
+            self._launch("gemm_bf16_t32", (NQKV // 64, self._ks(NQKV // 64, H)), (128,),
                             (self.xb, lw["wqkv"], self.qkv, i32(NQKV), i32(H), i32(1)), stream=s)
-            k.kv_write((max(1, T * 2 * NKVD // 256),), (256,), (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc,
+            self._launch("kv_write", (max(1, T * 2 * NKVD // 256),), (256,), (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc,
                                                                 self.order_dev, self.params_dev, i32(0), i32(cap)),
                        stream=s)
-            k.attn_partial((self.NKV, nrg, nsp), (128,), (self.qkv, i32(NQKV), kc, vc, self.order_dev, self.params_dev,
+            self._launch("attn_partial", (self.NKV, nrg, nsp), (128,), (self.qkv, i32(NQKV), kc, vc, self.order_dev, self.params_dev,
                                                           i32(0), i32(T), i32(self.group), i32(cap), self.cos, self.sin,
                                                           scale, self.part_o, self.part_ml), stream=s)
-            k.attn_combine((self.NKV * nrg * 64,), (128,),
+            self._launch("attn_combine", (self.NKV * nrg * 64,), (128,),
                            (self.part_o, self.part_ml, i32(nrg), i32(nsp), i32(T), i32(self.group), i32(NQ), self.att,
                             self.att_bf), stream=s)
-            k.gemm_bf16_t32((H // 64, self._ks(H // 64, NQ)), (128,),
+            self._launch("gemm_bf16_t32", (H // 64, self._ks(H // 64, NQ)), (128,),
                             (self.att_bf, lw["wo"], self.x_pre, i32(H), i32(NQ), i32(1)), stream=s)
-            k.rmsnorm_bf16((T_PRE,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
-                           stream=s)
-            k.gemm_bf16_t32((2 * I // 64, 1), (128,), (self.xb, lw["wgu"], self.gu, i32(2 * I), i32(H), i32(0)),
-                            stream=s)
-            k.silu_mul_bf16((min(1024, T_PRE * I // 256),), (256,), (self.gu, i32(T_PRE), i32(I), self.xb), stream=s)
-            k.gemm_bf16_t32((H // 64, self._ks(H // 64, I)), (128,), (self.xb, lw["wd"], self.x_pre, i32(H), i32(I),
+            if self.gemm_wide:  # gu zeroed by the norm kernel (bias = zeros), then split-K with atomics
+                self._launch("rmsnorm_bf16", (T_PRE,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb,
+                                                                self.zeros_gu, i32(2 * I), self.gu), stream=s)
+                self._launch("gemm_bf16_t32", (2 * I // 64, self._ks(2 * I // 64, H)), (128,),
+                             (self.xb, lw["wgu"], self.gu, i32(2 * I), i32(H), i32(1)), stream=s)
+            else:
+                self._launch("rmsnorm_bf16", (T_PRE,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP,
+                                                                i32(0), NULLP), stream=s)
+                self._launch("gemm_bf16_t32", (2 * I // 64, 1), (128,),
+                             (self.xb, lw["wgu"], self.gu, i32(2 * I), i32(H), i32(0)), stream=s)
+            self._launch("silu_mul_bf16", (min(1024, T_PRE * I // 256),), (256,), (self.gu, i32(T_PRE), i32(I), self.xb), stream=s)
+            self._launch("gemm_bf16_t32", (H // 64, self._ks(H // 64, I)), (128,), (self.xb, lw["wd"], self.x_pre, i32(H), i32(I),
                                                                      i32(1)), stream=s)
 
     def _decode_pass(self, s, step: int):
-        k, H, I, eps = self.k, self.H, self.I, np.float32(self.cfg.rms_norm_eps)
+        H, I, eps = self.H, self.I, np.float32(self.cfg.rms_norm_eps)
         i32 = np.int32
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
         q_off = i32(VISION_TOKENS + step)
         scale = np.float32(math.log2(math.e) / math.sqrt(D))
         nsp = self.decode_splits
-        k.embed_gather((max(1, H // 256),), (256,), (self.emb_act, self.start_dev, self.tokidx_dev, i32(H), self.xdec),
+        self._launch("embed_gather", (max(1, H // 256),), (256,), (self.emb_act, self.start_dev, self.tokidx_dev, i32(H), self.xdec),
                        stream=s)
+        g4 = self.g4 or {}
+        att_p, att_c = (("attn_partial_v5", "attn_combine_v5") if self.variant in ("v5", "v5w", "v5p")
+                        else ("attn_partial", "attn_combine"))
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
-            k.dec_qkv((math.ceil(NQKV / 16),), (256,), (self.xdec, lw["ln1"], eps, lw["wqkv"], lw["bqkv"], i32(H),
+            if g4.get("qkv"):
+                c = g4["qkv"]
+                self._launch(c["name"], (c["blocks"],), (256,), (self.xdec, lw["ln1"], eps, lw["wqkv"], lw["bqkv"],
+                                                                  i32(H), i32(NQ), i32(NKVD), self.qdec, kc, vc,
+                                                                  self.order_dev, self.params_dev, q_off, i32(cap),
+                                                                  i32(D)), stream=s)
+            else:
+                self._launch("dec_qkv", (math.ceil(NQKV / 16),), (256,), (self.xdec, lw["ln1"], eps, lw["wqkv"], lw["bqkv"], i32(H),
                                                         i32(NQ), i32(NKVD), self.qdec, kc, vc, self.order_dev,
                                                         self.params_dev, q_off, i32(cap), i32(D)),
                       shared_mem=4 * H, stream=s)
-            k.attn_partial((self.NKV, 1, nsp), (128,), (self.qdec, i32(NQ), kc, vc, self.order_dev, self.params_dev,
+            self._launch(att_p, (self.NKV, 1, nsp), (128,), (self.qdec, i32(NQ), kc, vc, self.order_dev, self.params_dev,
                                                         q_off, i32(1), i32(self.group), i32(cap), self.cos, self.sin,
                                                         scale, self.part_o, self.part_ml), stream=s)
-            k.attn_combine((self.NKV * 64,), (128,),
+            self._launch(att_c, (self.NKV * 64,), (128,),
                            (self.part_o, self.part_ml, i32(1), i32(nsp), i32(1), i32(self.group), i32(NQ), self.attdec,
                             NULLP), stream=s)
-            k.dec_proj_residual((math.ceil(H / 8),), (256,), (self.attdec, lw["wo"], i32(NQ), i32(H), self.xdec),
-                                shared_mem=4 * NQ, stream=s)
-            k.dec_gateup((math.ceil(I / 16),), (256,), (self.xdec, lw["ln2"], eps, lw["wgu"], i32(H), i32(I), self.act),
-                         shared_mem=4 * H, stream=s)
-            k.dec_proj_residual((math.ceil(H / 8),), (256,), (self.act, lw["wd"], i32(I), i32(H), self.xdec),
-                                shared_mem=4 * I, stream=s)
-        k.lm_head_argmax((ACTION_VOCAB // 8,), (256,), (self.xdec, self.norm, eps, i32(H), self.head_act,
+            if g4.get("o"):
+                c = g4["o"]
+                self._launch(c["name"], (c["blocks"],), (256,), (self.attdec, lw["wo"], i32(NQ), i32(H), self.xdec,
+                                                                  i32(c["S"])), stream=s)
+            else:
+                self._launch("dec_proj_residual", (math.ceil(H / 8),), (256,),
+                             (self.attdec, lw["wo"], i32(NQ), i32(H), self.xdec), shared_mem=4 * NQ, stream=s)
+            if g4.get("gateup"):
+                c = g4["gateup"]
+                self._launch(c["name"], (c["blocks"],), (256,), (self.xdec, lw["ln2"], eps, lw["wgu"], i32(H), i32(I),
+                                                                  self.act), stream=s)
+            else:
+                self._launch("dec_gateup", (math.ceil(I / 16),), (256,),
+                             (self.xdec, lw["ln2"], eps, lw["wgu"], i32(H), i32(I), self.act), shared_mem=4 * H, stream=s)
+            if g4.get("down"):
+                c = g4["down"]
+                self._launch(c["name"], (c["blocks"],), (256,), (self.act, lw["wd"], i32(I), i32(H), self.xdec,
+                                                                  i32(c["S"])), stream=s)
+            else:
+                self._launch("dec_proj_residual", (math.ceil(H / 8),), (256,),
+                             (self.act, lw["wd"], i32(I), i32(H), self.xdec), shared_mem=4 * I, stream=s)
+        self._launch("lm_head_argmax", (ACTION_VOCAB // 8,), (256,), (self.xdec, self.norm, eps, i32(H), self.head_act,
                                                          i32(ACTION_VOCAB), self.logits[step], self.ticket,
                                                          self.tokidx_dev, self.tokens_dev, i32(step), i32(self.V0)),
                          shared_mem=4 * H, stream=s)
 
     def _stamp(self, s, i):
-        self.k.stamp((1,), (1,), (self.ts_dev, np.int32(i)), stream=s)
+        if self.plain_stamps:
+            self._pdl_prev = False  # a full barrier: everything before the stamp completes before anything after
+        self._launch("stamp", (1,), (1,), (self.ts_dev, np.int32(i)), stream=s)
 
     def _enqueue_chunk(self, s):
         rt = cupy.cuda.runtime
         rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
                        rt.memcpyHostToDevice, s.ptr)
+        self._pdl_prev = False
         self._stamp(s, 0)
-        self.k.vision_encode((self.H // 32,), (256,), (self.frame_dev, self.patch_w, self.patch_b, self.pos_embed,
+        self._launch("vision_encode", (self.H // 32,), (256,), (self.frame_dev, self.patch_w, self.patch_b, self.pos_embed,
                                                        np.int32(self.H), self.x_pre, self.pooled_dev), stream=s)
         self._stamp(s, 1)
         self._prefill_layers(s, T_PRE)
@@ -283,10 +477,12 @@ class CudaBackend:
             self._stamp(s, 3 + step)
         rt.memcpyAsync(self.out_host.ctypes.data, self.out_dev.data.ptr, self.out_dev.nbytes,
                        rt.memcpyDeviceToHost, s.ptr)
+        self._pdl_prev = False
 
     def _capture(self):
         s = self.stream
         s.synchronize()
+        self._pdl_prev = False
         s.begin_capture()
         try:
             self._enqueue_chunk(s)
@@ -326,6 +522,7 @@ class CudaBackend:
                 rt = cupy.cuda.runtime
                 rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
                                rt.memcpyHostToDevice, s.ptr)
+                self._pdl_prev = False
                 self._prefill_layers(s, T)
                 s.synchronize()
         self._note_peak()

@@ -33,13 +33,20 @@ def kernel_dir() -> str:
 
 
 class Kernels:
-    """All kernel functions by name, one RawModule per kernels/*.cu file."""
+    """All kernel functions by name, one RawModule per kernels/*.cu file.
 
-    def __init__(self, directory: str | None = None):
+    pdl=True compiles every file with -DVLA_PDL: the PDL_TRIGGER / PDL_WAIT hooks of common.cuh become
+    griddepcontrol instructions (sm_90+), for launches with programmatic stream serialization (backend v3p/v4).
+    Names the source regex does not see (macro-generated instances such as g4_qkv_6x1) are looked up lazily.
+    """
+
+    def __init__(self, directory: str | None = None, pdl: bool = False, defines: tuple = ()):
         self.directory = directory or kernel_dir()
+        self.pdl = bool(pdl)
         self.modules: dict[str, cupy.RawModule] = {}
         self.functions: dict[str, object] = {}
-        opts = ("-std=c++17", f"-I{self.directory}")
+        opts = (("-std=c++17", f"-I{self.directory}") + (("-DVLA_PDL",) if self.pdl else ())
+                + tuple(f"-D{d}" for d in defines))
         for path in sorted(glob.glob(os.path.join(self.directory, "*.cu"))):
             with open(path) as f:
                 src = f.read()
@@ -50,13 +57,24 @@ class Kernels:
                 self.functions[fn] = mod.get_function(fn)
 
     def __getattr__(self, name):
-        try:
-            return self.__dict__["functions"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+        funcs = self.__dict__.get("functions")
+        if funcs is None:
+            raise AttributeError(name)
+        if name in funcs:
+            return funcs[name]
+        if not name.startswith("_"):
+            for mod in self.__dict__["modules"].values():
+                try:
+                    fn = mod.get_function(name)
+                except Exception:  # noqa: BLE001 - not in this module
+                    continue
+                funcs[name] = fn
+                return fn
+        raise AttributeError(name)
 
 
 def _extern_c_names(src: str) -> list[str]:
     import re
 
-    return re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', src)
+    names = re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', src)
+    return [n for n in names if not n.startswith("__")]  # macro-generated definitions: looked up lazily

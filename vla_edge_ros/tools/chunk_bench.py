@@ -1,6 +1,7 @@
 """chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache.
 
-  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--json OUT]
+  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--variant v3|v3p|v4]
+                                            [--json OUT] [--breakdown]
 
 Fills the cache with frames (fifo) until every chunk runs with the cache full, then times >= 200
 chunks: host wall time launch -> results (what the robot sees) and device time between the graph's
@@ -39,25 +40,30 @@ def copy_bandwidth_gbps(cp, nbytes=2 << 30, reps=20) -> float:
 
 
 class _Skip:
-    """Kernel table that turns the named kernels into no-ops (for leave-one-out timing)."""
+    """Kernel table that turns the named kernels (or name prefixes ending in '*') into no-ops (leave-one-out)."""
 
     def __init__(self, k, skip):
         self.k, self.skip = k, set(skip)
 
+    def _skipped(self, name):
+        return name in self.skip or any(p.endswith("*") and name.startswith(p[:-1]) for p in self.skip)
+
     def __getattr__(self, name):
-        return (lambda *a, **kw: None) if name in self.skip else getattr(self.k, name)
+        return (lambda *a, **kw: None) if self._skipped(name) else getattr(self.k, name)
 
 
 def breakdown(cp, be, reps=50) -> dict:
     """Device time of decode pass 4 captured alone, with kernel families left out (cache as left)."""
     out = {}
-    variants = {"all": [], "no_attention": ["attn_partial", "attn_combine"], "no_gemv": ["dec_qkv", "dec_proj_residual",
-                "dec_gateup"], "no_gateup_down": ["dec_gateup", "dec_proj_residual"], "only_launch_skeleton": [
-                "attn_partial", "attn_combine", "dec_qkv", "dec_proj_residual", "dec_gateup", "lm_head_argmax"]}
+    gemv = ["dec_qkv", "dec_proj_residual", "dec_gateup", "g4_*"]
+    variants = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
+                "no_gateup_down": ["dec_gateup", "dec_proj_residual", "g4_gateup_*", "g4_proj_*"],
+                "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
     real = be.k
     s = be.stream
     for name, skip in variants.items():
         be.k = _Skip(real, skip)
+        be._pdl_prev = False
         s.begin_capture()
         be._decode_pass(s, 4)
         g = s.end_capture()
@@ -93,6 +99,8 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--chunks", type=int, default=300)
     p.add_argument("--vram-ceiling-gb", type=float, default=8.0)
+    p.add_argument("--variant", default=None, help="CUDA backend variant (default: VLA_EDGE_CUDA_VARIANT or the "
+                   "backend's DEFAULT_VARIANT)")
     p.add_argument("--json")
     p.add_argument("--breakdown", action="store_true",
                    help="also time one decode pass as a graph with kernel families left out (differences = cost)")
@@ -105,7 +113,7 @@ def main(argv=None) -> int:
     w = load_weights(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
-    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb)
+    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, variant=a.variant)
     rng = np.random.default_rng(0)
     kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
     be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
@@ -143,7 +151,8 @@ def main(argv=None) -> int:
     floor_pass_ms = pass_bytes / (bw * 1e9) * 1e3
     floor_chunk_ms = (pre_bytes + ACTION_TOKENS * pass_bytes) / (bw * 1e9) * 1e3
     res = {
-        "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
+        "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model, "variant": be.variant,
+        "pdl": bool(getattr(be, "pdl", False)), "g4_plan": getattr(be, "g4", None),
         "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
         "copy_GBps": round(bw, 1),
         "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
     if a.breakdown:
         res["breakdown_pass_ms"] = breakdown(cp, be)
     print("RESULTS " + json.dumps(res))
-    print(f"\n| metric | value |\n|---|---|\n| device | {name} |\n| copy bandwidth | {bw:.0f} GB/s |")
+    print(f"\n| metric | value |\n|---|---|\n| device / variant | {name} / {be.variant} |\n| copy bandwidth | {bw:.0f} GB/s |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
     print(f"| chunk (device stamps) p50 / p99 | {res['chunk_device_ms']['p50']:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
     print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / {res['decode_ms_p50']:.3f} ms |")
