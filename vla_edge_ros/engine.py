@@ -19,6 +19,7 @@ from .admission import PhaseTimings
 from .constants import ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W
 from .kv_cache import ChunkPlan, KvCache
 from .eviction import make_policy
+from .gpu import cuda_available
 from .model.weights import Weights, load_weights
 
 DEFAULT_PROMPT_TOKENS = 16
@@ -50,14 +51,6 @@ class ChunkResult:
     backend: str = ""
     logits: np.ndarray | None = field(default=None, repr=False)
 
-
-def cuda_available() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
-        return False
 
 
 def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: float):

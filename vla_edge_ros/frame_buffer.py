@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .gpu import cupy_with_gpu
+
 from .constants import FRAME_C, FRAME_H, FRAME_W
 
 
@@ -44,17 +46,6 @@ class Frame:
     seq: int  # producer sequence number (monotonic, starts at 0)
     recv_time: float  # time.monotonic() at receive
 
-
-def _cupy_with_gpu():
-    """CuPy when it imports and sees a GPU, else None (the core must run without either)."""
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return cupy
-    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device all mean "no GPU"
-        pass
-    return None
 
 
 def _allocate_slot(shape: tuple, dtype: np.dtype, cupy) -> tuple[np.ndarray, object]:
@@ -74,7 +65,7 @@ class FrameBuffer:
     def __init__(self, shape=(FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8, pinned: bool | None = None):
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
-        cupy = _cupy_with_gpu() if pinned is None or pinned else None
+        cupy = cupy_with_gpu() if pinned is None or pinned else None
         if pinned and cupy is None:
             raise RuntimeError("FrameBuffer(pinned=True) needs CuPy and a CUDA GPU; pass pinned=None to fall back")
         self.pinned = cupy is not None

@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 
+from .gpu import cupy_with_gpu
+
 SOURCES = ("model", "fallback")
 
 
@@ -139,17 +141,6 @@ class CycleStats:
         }
 
 
-def _cupy_with_gpu():
-    """CuPy when it imports and sees a GPU, else None (the core must run without either)."""
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return cupy
-    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device all mean "no GPU"
-        pass
-    return None
-
 
 class VramSampler:
     """Background thread tracking the peak of used GPU memory (bytes).
@@ -169,7 +160,7 @@ class VramSampler:
         if not (interval_s > 0):
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.interval_s = float(interval_s)
-        self._cupy = None if process_bytes_fn is not None else _cupy_with_gpu()
+        self._cupy = None if process_bytes_fn is not None else cupy_with_gpu()
         self._process_bytes_fn = process_bytes_fn
         self._device = device
         if self._cupy is not None and device is None:
