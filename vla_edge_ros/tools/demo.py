@@ -22,7 +22,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -115,9 +114,10 @@ def main(argv=None) -> int:
     source = a.source or str(clip)
 
     import rclpy
-    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
     from geometry_msgs.msg import TwistStamped
     from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from .outputs import OutputListener
 
     env = _child_env()
     out = None if a.verbose else subprocess.DEVNULL
@@ -150,27 +150,11 @@ def main(argv=None) -> int:
     procs = []
     rclpy.init()
     n = rclpy.create_node("vla_edge_demo")
-    lock = threading.Lock()
     acts: list[float] = []
-    cycles: list[dict] = []
-    diag: dict = {}
-
-    def on_cycle(m):
-        with lock:
-            cycles.append({v.key: v.value for v in m.values})
-
-    def on_diag(m):
-        d = {}
-        for st in m.status:
-            d.update({v.key: v.value for v in st.values})
-        with lock:
-            diag.clear()
-            diag.update(d)
-
+    outputs = OutputListener(n)
+    lock, cycles = outputs.lock, outputs.cycles
     rel = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     n.create_subscription(TwistStamped, "/vla_edge/action", lambda m: acts.append(time.monotonic()), rel)
-    n.create_subscription(DiagnosticStatus, "/vla_edge/cycle", on_cycle, rel)
-    n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
     rc = 0
     try:
         procs.append(subprocess.Popen(node_cmd, env=env, stdout=out, stderr=None if a.verbose else subprocess.PIPE,
@@ -201,7 +185,7 @@ def main(argv=None) -> int:
         t1 = time.monotonic()
         with lock:
             cyc = cycles[n_before:]
-            d = dict(diag)
+            d = dict(outputs.diag)
         n_act = len([t for t in acts if t0 <= t < t1])
         by_src = collections.Counter(c["source"] for c in cyc)
         fb = collections.Counter(c["reason"] for c in cyc if c["source"] == "fallback")

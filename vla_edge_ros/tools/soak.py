@@ -169,10 +169,9 @@ def main(argv=None) -> int:
     source = a.source or str(ensure_clip(cache, a.fps, a.width, a.height))
 
     import rclpy
-    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     from ..engine import cuda_available
+    from .outputs import OutputListener
     from .replay import _peek_bag_kind, is_bag
 
     env = _child_env()
@@ -203,27 +202,10 @@ def main(argv=None) -> int:
           f"duration={a.duration:.0f} s warm-up={a.warmup:.0f} s out={out_dir}", flush=True)
     (out_dir / "command.txt").write_text(" ".join(node_cmd) + "\n" + " ".join(replay_cmd) + "\n")
 
-    lock = threading.Lock()
-    cyc_buf: list[dict] = []
-    diag: dict = {}
-
-    def on_cycle(m):
-        with lock:
-            cyc_buf.append({v.key: v.value for v in m.values})
-
-    def on_diag(m):
-        d = {}
-        for st in m.status:
-            d.update({v.key: v.value for v in st.values})
-        with lock:
-            diag.clear()
-            diag.update(d)
-
     rclpy.init()
     n = rclpy.create_node("vla_edge_soak")
-    n.create_subscription(DiagnosticStatus, "/vla_edge/cycle", on_cycle,
-                          QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
-    n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+    outputs = OutputListener(n, cycle_depth=200)
+    lock, cyc_buf = outputs.lock, outputs.cycles
     stop_spin = threading.Event()
 
     def spin():
@@ -252,7 +234,7 @@ def main(argv=None) -> int:
         t_start = time.monotonic()
         while True:
             with lock:
-                if cyc_buf and diag:
+                if cyc_buf and outputs.diag:
                     break
             if node.poll() is not None:
                 print(f"[soak] vla_edge exited with {node.returncode} before its first cycle; see "
@@ -265,7 +247,7 @@ def main(argv=None) -> int:
         procs.append(subprocess.Popen(replay_cmd, env=env, stdout=replay_log, stderr=subprocess.STDOUT))
         with lock:
             cyc_buf.clear()
-            d0 = dict(diag)
+            d0 = dict(outputs.diag)
         t0 = time.monotonic()
         print(f"[soak] first cycle after {t0 - t_start:.1f} s; soaking {a.duration:.0f} s", flush=True)
         diag_cycles0 = int(_num(d0.get("cycles")) or 0)
@@ -281,7 +263,7 @@ def main(argv=None) -> int:
                 now = time.monotonic() - t0
                 with lock:
                     batch, cyc_buf[:] = list(cyc_buf), []
-                    d = dict(diag)
+                    d = dict(outputs.diag)
                 rss = read_rss_mb(node.pid)
                 reasons = collections.Counter(c.get("reason", "?") for c in batch)
                 cms = [x for x in (_num(c.get("cycle_ms")) for c in batch) if x is not None]
@@ -322,7 +304,7 @@ def main(argv=None) -> int:
         t1 = time.monotonic()
         time.sleep(1.5)  # one more /diagnostics roll-up
         with lock:
-            d_end = dict(diag)
+            d_end = dict(outputs.diag)
         window = t1 - t0
         post = [r for r in rows if r["t_s"] >= a.warmup]
         rss_post = [r["rss_mb"] for r in post if r["rss_mb"] is not None]
