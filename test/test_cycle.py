@@ -108,7 +108,11 @@ def test_probe_after_refusals_re_measures_the_cost(engine):
         reasons.append(cyc.tick())
     assert [o.reason for o in reasons[:2]] == ["refused", "refused"] and not any(o.probe for o in reasons[:2])
     probe = reasons[2]
-    assert probe.probe and probe.reason in ("fresh", "overrun") and cyc.probes == 1
+    # The probe runs in the background: its cycle publishes the refusal fallback at once, on time.
+    assert probe.probe and (probe.source, probe.reason) == ("fallback", "refused") and cyc.probes == 1
+    assert probe.wait_until is None and cyc.pending and engine.busy
+    fb.publish(frame(9), stamp_ns=9)
+    assert cyc.tick().reason == "busy"  # until the probe finishes
     cyc.drain(timeout=5.0)
     assert cyc.admission.estimate_ms() < 5000.0  # the EMAs learned from the probe
 

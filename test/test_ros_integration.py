@@ -435,7 +435,7 @@ def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
         assert all(ms <= PERIOD_MS + 10.0 for ms in over), over
         d = lst.last_diag()
         assert int(d["overruns"]) >= 1 and int(d["fallback_refused"]) > 0
-        # misses can only come from overruns (probes) whose wake-up was delayed past the 2 ms margin
+        # misses can only come from the overrun (the first chunk; probes run in the background) waking late
         assert float(d["deadline_miss_rate"]) <= 0.05, d["deadline_miss_rate"]
     finally:
         lst.close()

@@ -9,9 +9,10 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
    again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
 3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
-   optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): after that many refusals in a row one
-   chunk is admitted anyway, because the EMAs only learn from chunks that run and a single slow outlier
-   would otherwise keep the estimate above the budget, and the model off, for good;
+   optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): after
+   that many refusals in a row one chunk runs in the background (its action unused, nothing waits for it),
+   because the EMAs only learn from chunks that run and a single slow outlier would otherwise keep the
+   estimate above the budget, and the model off, for good;
 4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
    (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the engine
    raised -> fallback `engine_error`;
@@ -63,7 +64,7 @@ class CycleOutcome:
     late_chunk: object | None = None  # its ChunkResult
     late_frame_seq: int | None = None  # the FrameBuffer seq of the frame it ran on
     late_error: str | None = None  # or why it failed
-    probe: bool = False  # admitted although refused (ReasoningCycle.probe_after)
+    probe: bool = False  # a refused cycle that started a background probe chunk (ReasoningCycle.probe_after)
     wait_until: float | None = None  # when the deadline guard stopped waiting for the chunk
 
 
@@ -184,9 +185,8 @@ class ReasoningCycle:
                                   reserve_ms=slack_s * 1000.0)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
         if d.reason == "refused" and 0 < self.probe_after <= self._refusals_in_row:
-            out.probe = True  # re-measure: an overrun is still returned at the deadline
-            self.probes += 1
-        elif not d.admit:
+            return self._probe(out, frame)
+        if not d.admit:
             self._refusals_in_row += d.reason == "refused"
             return self._fallback(out, d.reason)
         self._refusals_in_row = 0
@@ -252,6 +252,21 @@ class ReasoningCycle:
         out.late_chunk = res
         self._learn(res.timings)
         self.stats.chunk_ms.add(res.timings.total_ms)  # a late chunk's cost is part of the chunk distribution
+
+    def _probe(self, out: CycleOutcome, frame) -> CycleOutcome:
+        """Re-measure the chunk cost in the background: the refusal fallback goes out now, the probe chunk
+        runs on the engine worker like a late chunk (later ticks say `busy`, the harvest learns its
+        timings) and its action is never used. Nothing waits for it, so it cannot make a publish late."""
+        self._refusals_in_row = 0
+        self.probes += 1
+        out.probe = True
+        try:
+            self._pending = self.engine.submit(np.array(frame.image, copy=True))
+            self._pending_seq = frame.seq
+        except Exception as e:  # noqa: BLE001 - a probe that cannot start is an engine error, not a crash
+            self.engine_errors += 1
+            out.error = f"{type(e).__name__}: {e}"
+        return self._fallback(out, "refused")
 
     def _learn(self, timings: PhaseTimings) -> None:
         try:
