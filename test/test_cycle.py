@@ -234,3 +234,19 @@ def test_wake_slack_is_capped_at_half_the_budget(engine):
     assert cyc.wake_slack_s == pytest.approx(0.5 * 0.098)
     cyc.drain(timeout=5.0)
     engine.fault_hook = None
+
+
+def test_wake_slack_forgets_after_a_minute(engine):
+    now = [1000.0]
+    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, warm="cheap")
+    out = cyc.tick()
+    cyc.record_published(out, time.monotonic())  # no_frame: nothing waited, nothing learned
+    assert cyc.wake_slack_s == 0.0
+    cyc.clock = lambda: now[0]
+    out.reason, out.wait_until = "overrun", now[0] - 0.010
+    cyc.record_published(out, now[0])  # published 10 ms after the wait ended
+    assert cyc.wake_slack_s == pytest.approx(0.008)
+    now[0] += 59.0
+    assert cyc.wake_slack_s == pytest.approx(0.008)
+    now[0] += 2.0  # more than a minute later: forgotten
+    assert cyc.wake_slack_s == 0.0

@@ -68,7 +68,8 @@ class CycleOutcome:
     wait_until: float | None = None  # when the deadline guard stopped waiting for the chunk
 
 
-WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack
+WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack...
+WAKE_LAG_MEMORY_S = 60.0  # ...for at most this long, so one bad spell does not shrink the budget for good
 
 
 class ReasoningCycle:
@@ -106,7 +107,7 @@ class ReasoningCycle:
         # How long after the guard's wait ended the fallback was actually published, for recent overruns.
         # On a loaded CPU the waiting thread wakes milliseconds late (scheduler, GIL); the guard learns
         # that lag and stops waiting earlier by the part the safety margin does not cover.
-        self._publish_lags: collections.deque[float] = collections.deque(maxlen=WAKE_LAG_WINDOW)
+        self._publish_lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=WAKE_LAG_WINDOW)
 
     def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
                   max_frame_age_ms: float | None = None, fallback: str | None = None,
@@ -134,11 +135,14 @@ class ReasoningCycle:
 
     @property
     def wake_slack_s(self) -> float:
-        """Time kept back before `deadline - margin` so that the slowest recent overrun publish, had it
-        started there, would still land by the deadline. Capped at half the usable budget."""
+        """Time kept back before `deadline - margin` so that the slowest overrun publish of the last minute,
+        had it started there, would still land by the deadline. Capped at half the usable budget."""
+        now = self.clock()
+        while self._publish_lags and now - self._publish_lags[0][0] > WAKE_LAG_MEMORY_S:
+            self._publish_lags.popleft()
         if not self._publish_lags:
             return 0.0
-        need = max(self._publish_lags) - self.margin_s
+        need = max(lag for _, lag in self._publish_lags) - self.margin_s
         return min(max(0.0, need), 0.5 * (self.period_s - self.margin_s))
 
     @property
@@ -219,7 +223,7 @@ class ReasoningCycle:
         late = t_publish > outcome.deadline
         # Overruns measure the wake-up lag directly; a chunk result published late teaches the same.
         if outcome.wait_until is not None and (outcome.reason == "overrun" or late):
-            self._publish_lags.append(t_publish - outcome.wait_until)
+            self._publish_lags.append((t_publish, t_publish - outcome.wait_until))
         self.stats.record(outcome.source, outcome.reason, late, (t_publish - outcome.t0) * 1000.0,
                           chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
                           jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms)

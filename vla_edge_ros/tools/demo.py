@@ -49,6 +49,19 @@ def config_file() -> str | None:
     return str(p) if p.is_file() else None
 
 
+def stop_processes(procs, timeout: float = 15.0) -> None:
+    """SIGINT the children newest first (a clean ROS shutdown), then kill whatever is still running."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in reversed(procs):
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
 def ensure_model(cache: Path, model: str | None, preset: str = "tiny", tag: str = "demo") -> str:
     """`model` if given, else the generated preset (seed 0) in the cache, made once."""
     from .make_model import make_model
@@ -214,14 +227,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         rc = 130
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in reversed(procs):
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         n.destroy_node()
         rclpy.try_shutdown()
     return rc

@@ -36,7 +36,6 @@ import json
 import math
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .demo import _child_env, config_file, ensure_model
+from .demo import _child_env, config_file, ensure_model, stop_processes
 
 CSV_FIELDS = ("t_s", "rss_mb", "vram_mb", "cycles", "model", "fallback", "late", "cycle_ms_p50", "cycle_ms_p99",
               "chunk_ms_p50", "reasons", "diag_cycles", "diag_deadline_misses", "frames_dropped", "frames_published",
@@ -370,15 +369,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         rc = 130
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in reversed(procs):
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        stop_processes(procs)
         node_log.close()
         replay_log.close()
         stop_spin.set()
