@@ -1,7 +1,7 @@
 """Latency, deadline-miss and fallback statistics, and a VRAM peak sampler.
 
-The reasoning timer writes these every cycle while the 1 Hz diagnostics timer (another executor
-thread) reads them, so every class here takes a lock around its state.
+The reasoning timer writes these every cycle while the 1 Hz diagnostics roll-up, the bench's reporter or
+a tool on another thread reads them, so every class here takes a lock around its state.
 
 Latency percentiles come from a bounded rolling window (the recent behaviour, bounded memory for a
 robot that runs for days); counts and the maximum are all-time.

@@ -106,11 +106,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         pass
     stop.set()
-    reasoning.stop()
+    # Timers first, then the executors (a tick in flight finishes), and only then the engine: closing the
+    # engine under a running tick would turn a clean shutdown into an engine_error fallback.
+    reasoning.stop_timers()
     for ex in executors:
         ex.shutdown(timeout_sec=2.0)
     for t in threads:
         t.join(timeout=2.0)
+    reasoning.stop()
     _teardown(rclpy, [camera, reasoning])
     return 0
 

@@ -24,19 +24,16 @@ every chunk raises ``RuntimeError("injected fault (VLA_EDGE_TEST_FAULT_FILE)")``
 start-up. Never set it on a robot: it exists so that tests can make a real engine fail mid-chunk.
 
 Re-probing: EMAs that only ever refuse never learn that the engine got faster again (CPU contention
-gone, a one-off outlier).  After ``reprobe_after_s`` of refusals in a row one chunk is admitted
-anyway (ReasoningCycle ``probe_after``); it is still deadline-guarded, so the worst case is one
-``overrun`` fallback published on time.
+gone, a one-off outlier).  After ``reprobe_after_s`` of refusals in a row one chunk runs in the
+background (ReasoningCycle ``probe_after``): its cycle publishes the ``refused`` fallback at once,
+nothing waits for the probe, its action is never used, and later ticks say ``busy`` until it ends.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -70,24 +67,9 @@ class StartupError(RuntimeError):
 
 def ensure_tiny_model(seed: int = 0, preset: str = "tiny") -> str:
     """Generate (once) a tiny random model into the cache dir and return its path."""
-    out = tiny_model_cache_dir(seed, preset)
-    if (out / "config.json").is_file():
-        return str(out)
-    from ..tools.make_model import make_model
+    from ..tools.make_model import ensure_model
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    try:
-        make_model(str(tmp), preset=preset, seed=seed)
-        try:
-            tmp.rename(out)  # atomic: two processes generating at once both end with a complete dir
-        except OSError:
-            if not (out / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(out)
+    return ensure_model(str(tiny_model_cache_dir(seed, preset)), preset, seed)
 
 
 def engine_error_message(e: BaseException, model_path: str, backend: str, capacity: int, ceiling_gb: float) -> str:
@@ -116,7 +98,6 @@ class ReasoningNode(Node):
         if validate_only:  # bringup collects every node's parameter problems before giving up
             return
         self.period_s = p["period_ms"] / 1000.0
-        self.margin_s = p["safety_margin_ms"] / 1000.0
 
         model_path = p["model_path"]
         if not model_path:  # validate_reasoning guarantees make_tiny_model here
@@ -142,12 +123,12 @@ class ReasoningNode(Node):
         )
         self.stats = self.cycle.stats
         self._cycle_index = 0
-        self._last_result = None
         self._thumbs: dict[int, np.ndarray] = {}
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._prev_counts: dict[str, int] = {}
-        self._labels = [str(x) for x in p["action_labels"]]
+        self._labels = [str(x) for x in p["action_labels"]]  # read-only: the vector layout is built once
+        self._vector_dims = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
         self._twist_map = [int(i) for i in p["twist_map"]]
         self._twist_scale = [float(s) for s in p["twist_scale"]]
 
@@ -183,12 +164,13 @@ class ReasoningNode(Node):
         if {"period_ms", "safety_margin_ms", "ema_alpha", "tail_k"} & set(changes):
             self.admission.configure(period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
                                      ema_alpha=p["ema_alpha"], tail_k=p["tail_k"])
-        self.cycle.configure(period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
+        # period_ms only when it changed: configure() restarts the jitter grid on a new period
+        self.cycle.configure(period_ms=p["period_ms"] if "period_ms" in changes else None,
+                             safety_margin_ms=p["safety_margin_ms"],
                              max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"],
                              probe_after=self._probe_after())
         self._twist_map = [int(i) for i in p["twist_map"]]
         self._twist_scale = [float(x) for x in p["twist_scale"]]
-        self.margin_s = p["safety_margin_ms"] / 1000.0
         if "period_ms" in changes and p["period_ms"] / 1000.0 != self.period_s:
             self.period_s = p["period_ms"] / 1000.0
             self.destroy_timer(self.timer)
@@ -259,11 +241,15 @@ class ReasoningNode(Node):
             except Exception:  # noqa: BLE001
                 pass
 
-    def stop(self) -> None:
-        """Stop the timers and the engine (called by bringup before the executors stop)."""
+    def stop_timers(self) -> None:
+        """No new ticks (bringup calls this before it stops the executors)."""
         for t in (getattr(self, "timer", None), getattr(self, "diag_timer", None)):
             if t is not None:
                 t.cancel()
+
+    def stop(self) -> None:
+        """Stop the timers, the VRAM sampler and the engine (bringup: after the executors stopped)."""
+        self.stop_timers()
         if getattr(self, "vram", None) is not None:
             self.vram.stop()
         self.engine_shutdown()
@@ -321,13 +307,10 @@ class ReasoningNode(Node):
         late = self.cycle.record_published(out, t_pub)
 
         vec = Float32MultiArray()
-        vec.layout.dim = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
-        vec.layout.data_offset = 0
+        vec.layout.dim = self._vector_dims
         vec.data = [float(x) for x in action]
         self.pub_vector.publish(vec)
 
-        if out.late_chunk is not None:
-            self._last_result = out.late_chunk
         if out.late_error:
             self.get_logger().error(f"late chunk failed: {out.late_error}", throttle_duration_sec=5.0)
         if out.error:
@@ -351,7 +334,6 @@ class ReasoningNode(Node):
                     decode_ms=t.decode_ms if t else float("nan"), chunk_ms=t.total_ms if t else float("nan"))
         res = out.chunk
         if res is not None:
-            self._last_result = res
             vals.update(tokens=",".join(str(int(x)) for x in np.asarray(res.tokens).ravel()),
                         cache_tokens=res.cache_tokens, retained_frames=len(res.retained), evicted=len(res.evicted),
                         frame_id=res.frame_id)
@@ -368,9 +350,9 @@ class ReasoningNode(Node):
         self.pub_cycle.publish(st)
         self._frame_age_last = out.frame_age_ms
 
-        if res is not None and out.image is not None:
-            self._remember_thumb(res, out.image)
-        if self.pub_debug.get_subscription_count() > 0:
+        if self.pub_debug.get_subscription_count() > 0:  # thumbnails only matter to a debug-image viewer
+            if res is not None and out.image is not None:
+                self._remember_thumb(res, out.image)
             self._publish_debug(action, out.source, out.reason, out.image)
 
     # --- debug image ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,16 +65,14 @@ def stop_processes(procs, timeout: float = 15.0) -> None:
 
 def ensure_model(cache: Path, model: str | None, preset: str = "tiny", tag: str = "demo") -> str:
     """`model` if given, else the generated preset (seed 0) in the cache, made once."""
-    from .make_model import make_model
+    from .make_model import ensure_model as generate_once
 
     if model:
         return model
     mdir = cache / f"{preset}-seed0"
     if not (mdir / "config.json").is_file():
         print(f"[{tag}] generating the {preset} model into {mdir}", flush=True)
-        cache.mkdir(parents=True, exist_ok=True)
-        make_model(str(mdir), preset=preset, seed=0)
-    return str(mdir)
+    return generate_once(str(mdir), preset, 0)
 
 
 def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
@@ -170,14 +169,19 @@ def main(argv=None) -> int:
     n.create_subscription(TwistStamped, "/vla_edge/action", lambda m: acts.append(time.monotonic()), rel)
     rc = 0
     try:
-        procs.append(subprocess.Popen(node_cmd, env=env, stdout=out, stderr=None if a.verbose else subprocess.PIPE,
-                                      text=True))
+        # stderr to a file, not a pipe: nobody reads a pipe while the node runs, and a full one would block
+        # the node's logger (on its timer thread) after ~64 KiB of log lines.
+        node_err = None if a.verbose else tempfile.TemporaryFile(mode="w+")
+        procs.append(subprocess.Popen(node_cmd, env=env, stdout=out, stderr=node_err, text=True))
         procs.append(subprocess.Popen(replay_cmd, env=env, stdout=out, stderr=out))
         t_start = time.monotonic()
         while not acts:
             rclpy.spin_once(n, timeout_sec=0.1)
             if procs[0].poll() is not None:
-                err = procs[0].stderr.read() if procs[0].stderr else ""
+                err = ""
+                if node_err is not None:
+                    node_err.seek(0)
+                    err = node_err.read()
                 print(f"[demo] vla_edge exited with {procs[0].returncode}:\n{err[-3000:]}", file=sys.stderr)
                 return 1
             if time.monotonic() - t_start > 120:

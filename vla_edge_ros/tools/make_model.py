@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -44,6 +46,26 @@ def make_model(out: str, preset: str = "tiny", seed: int = 0, shards: int = 1, c
     save_file(vision, os.path.join(out, VISION_FILE), {"note": "untrained patch projector (random)"})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg.to_hf_dict(), f, indent=1)
+    return out
+
+
+def ensure_model(out: str, preset: str = "tiny", seed: int = 0) -> str:
+    """Generate `preset` into `out` unless a model is already there. Atomic: concurrent callers (the demo
+    and the node it starts, say) all end with one complete directory."""
+    if os.path.isfile(os.path.join(out, "config.json")):
+        return out
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".", dir=parent)
+    try:
+        make_model(tmp, preset=preset, seed=seed)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if not os.path.isfile(os.path.join(out, "config.json")):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
