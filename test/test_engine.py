@@ -133,3 +133,34 @@ def test_action_decoder():
         ActionDecoder(1000, low=1.0, high=1.0)
     tw = twist_components(v)
     assert tw["linear_x"] == pytest.approx(v[0]) and tw["angular_z"] == pytest.approx(v[5])
+
+
+def test_engine_worker_does_not_inherit_a_realtime_submitter(tiny):
+    """The bringup may run the reasoning thread at SCHED_FIFO (realtime_priority); the engine worker must
+    stay at normal scheduling, or it would compete with the deadline guard at the same priority."""
+    import os
+    import threading
+
+    eng = Engine(tiny, backend="numpy", kv_capacity_tokens=512)
+    seen = {}
+
+    def realtime_submitter():
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (PermissionError, OSError) as e:
+            seen["skip"] = str(e)
+            return
+        seen["submitter"] = os.sched_getscheduler(0)
+        tid = eng._worker.submit(threading.get_native_id).result(timeout=10)
+        seen["worker"] = os.sched_getscheduler(tid)
+
+    try:
+        t = threading.Thread(target=realtime_submitter)
+        t.start()
+        t.join(10)
+        if "skip" in seen:
+            pytest.skip(f"no permission for SCHED_FIFO here: {seen['skip']}")
+        assert seen["submitter"] == os.SCHED_FIFO
+        assert seen["worker"] == os.SCHED_OTHER
+    finally:
+        eng.close()

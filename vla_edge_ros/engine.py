@@ -109,6 +109,9 @@ class Engine:
         self._chunk_lock = threading.Lock()
         self._busy = threading.Event()
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="vla-engine")
+        # Start the worker thread now, from the constructing thread: threads inherit their creator's
+        # scheduling, and a real-time control thread that submits first must not hand its priority on.
+        self._worker.submit(lambda: None).result()
         self.fault_hook = None  # tests inject faults here: called with the plan before the backend runs
 
     def _new_cache(self) -> KvCache:

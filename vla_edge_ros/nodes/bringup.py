@@ -91,7 +91,8 @@ def main(argv=None) -> int:
     for name, node in (("camera", camera), ("reasoning", reasoning)):
         ex = SingleThreadedExecutor()
         ex.add_node(node)
-        t = threading.Thread(target=_spin, args=(ex, stop, name), name=f"exec-{name}", daemon=True)
+        prio = int(reasoning.p.get("realtime_priority", 0)) if node is reasoning else 0
+        t = threading.Thread(target=_spin, args=(ex, stop, name, prio), name=f"exec-{name}", daemon=True)
         executors.append(ex)
         threads.append(t)
     for t in threads:
@@ -118,9 +119,17 @@ def main(argv=None) -> int:
     return 0
 
 
-def _spin(executor, stop: threading.Event, name: str) -> None:
+def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0) -> None:
     from rclpy.executors import ExternalShutdownException
 
+    if realtime_priority > 0:
+        # On a busy CPU the thread that waits for a chunk wakes milliseconds late; real-time priority lets
+        # it preempt the engine worker, the camera and other processes the moment its wait ends.
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(realtime_priority))  # 0: this thread
+        except (PermissionError, OSError) as e:
+            print(f"vla_edge: realtime_priority {realtime_priority} refused ({e}); normal scheduling",
+                  file=sys.stderr, flush=True)
     try:
         executor.spin()
     except ExternalShutdownException:
