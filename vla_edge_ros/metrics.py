@@ -130,6 +130,7 @@ class CycleStats:
             "model_actions": model_actions,
             "fallbacks": fallbacks,
             "reasons": reasons,
+            "repeats": reasons.get("repeat", 0) - fallbacks.get("repeat", 0),  # repeats of a model action
             "deadline_misses": late,
             "deadline_miss_rate": rate(late),
             "overrun_rate": rate(reasons.get("overrun", 0)),

@@ -401,7 +401,7 @@ class ReasoningNode(Node):
             n = s["fallbacks"].get(reason, 0)
             r[f"fallback_{reason}"] = n
             r[f"fallback_rate_{reason}"] = n / cycles
-        r["repeats"] = s["reasons"].get("repeat", 0) - s["fallbacks"].get("repeat", 0)
+        r["repeats"] = s["repeats"]
         for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms"):
             for q in ("p50", "p95", "p99", "max"):
                 r[f"{name}_{q}"] = s[name][q]

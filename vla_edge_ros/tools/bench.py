@@ -167,7 +167,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "cycles": s["cycles"],
             "model_actions": s["model_actions"],
             "fresh_actions": s["reasons"].get("fresh", 0),
-            "repeats": s["reasons"].get("repeat", 0) - s["fallbacks"].get("repeat", 0),
+            "repeats": s["repeats"],
             "fallbacks": {r: s["fallbacks"].get(r, 0) for r in REASONS if r != "fresh"},
             "deadline_misses": s["deadline_misses"],
             "deadline_miss_rate": s["deadline_miss_rate"],

@@ -50,6 +50,16 @@ def config_file() -> str | None:
     return str(p) if p.is_file() else None
 
 
+def bringup_command(model: str, policy: str, backend: str) -> list[str]:
+    """`vla_edge` as a child process: the packaged config, the model, and the camera on /camera/image_raw."""
+    cmd = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args"]
+    cfg = config_file()
+    if cfg:
+        cmd += ["--params-file", cfg]
+    return cmd + ["-p", f"model_path:={model}", "-p", f"policy:={policy}", "-p", f"backend:={backend}",
+                  "-r", "image:=/camera/image_raw", "-r", "image/compressed:=/camera/image_raw/compressed"]
+
+
 def stop_processes(procs, timeout: float = 15.0) -> None:
     """SIGINT the children newest first (a clean ROS shutdown), then kill whatever is still running."""
     for p in reversed(procs):
@@ -133,12 +143,7 @@ def main(argv=None) -> int:
 
     env = _child_env()
     out = None if a.verbose else subprocess.DEVNULL
-    node_cmd = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args"]
-    cfg = config_file()
-    if cfg:
-        node_cmd += ["--params-file", cfg]
-    node_cmd += ["-p", f"model_path:={model}", "-p", f"policy:={a.policy}", "-p", f"backend:={a.backend}",
-                 "-r", "image:=/camera/image_raw", "-r", "image/compressed:=/camera/image_raw/compressed"]
+    node_cmd = bringup_command(model, a.policy, a.backend)
     kv_cap = a.kv_capacity
     if kv_cap is None and a.backend in ("auto", "numpy"):
         from ..engine import cuda_available

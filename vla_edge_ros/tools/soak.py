@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .demo import _child_env, config_file, ensure_model, stop_processes
+from .demo import _child_env, bringup_command, ensure_model, stop_processes
 
 CSV_FIELDS = ("t_s", "rss_mb", "vram_mb", "cycles", "model", "fallback", "late", "cycle_ms_p50", "cycle_ms_p99",
               "chunk_ms_p50", "reasons", "diag_cycles", "diag_deadline_misses", "frames_dropped", "frames_published",
@@ -174,12 +174,7 @@ def main(argv=None) -> int:
     from .replay import _peek_bag_kind, is_bag
 
     env = _child_env()
-    node_cmd = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args"]
-    cfg = config_file()
-    if cfg:
-        node_cmd += ["--params-file", cfg]
-    node_cmd += ["-p", f"model_path:={model}", "-p", f"policy:={a.policy}", "-p", f"backend:={a.backend}",
-                 "-r", "image:=/camera/image_raw", "-r", "image/compressed:=/camera/image_raw/compressed"]
+    node_cmd = bringup_command(model, a.policy, a.backend)
     on_gpu = a.backend == "cuda" or (a.backend == "auto" and cuda_available())
     kv_cap = a.kv_capacity or (None if on_gpu else 512)
     if kv_cap:
