@@ -15,9 +15,17 @@ setup(
         ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.xml")),
         ("share/" + package_name + "/kernels", glob("kernels/*.cu") + glob("kernels/*.cuh")),
     ],
-    install_requires=["setuptools", "numpy", "safetensors"],
-    # setuptools >= 72 ignores tests_require: colcon reads the 'test' extra to find pytest.
-    extras_require={"test": ["pytest", "hypothesis"]},
+    # The ROS packages (rclpy, the message packages, launch) come from the ROS install or the
+    # ros-jazzy-* wheels, not from this list; package.xml declares them for rosdep.
+    install_requires=["setuptools", "numpy", "opencv-python-headless", "rosbags", "matplotlib", "tqdm"],
+    extras_require={
+        # setuptools >= 72 ignores tests_require: colcon reads the 'test' extra to find pytest.
+        "test": ["pytest", "hypothesis", "pyyaml"],
+        # The CUDA backend; without it the NumPy backend runs.
+        "cuda": ["cupy-cuda13x", "cuda-python"],
+        # tokenizer.json prompts (optional: without it the fixed prompt ids are used).
+        "tokenizer": ["tokenizers"],
+    },
     zip_safe=True,
     maintainer="vla_edge_ros maintainers",
     maintainer_email="maintainers@vla-edge-ros.invalid",
@@ -32,6 +40,8 @@ setup(
             "vla-edge-bench = vla_edge_ros.tools.bench:main",
             "vla-edge-demo = vla_edge_ros.tools.demo:main",
             "vla-edge-soak = vla_edge_ros.tools.soak:main",
+            "vla-edge-quantize = vla_edge_ros.tools.quantize:main",
+            "vla-edge-plan = vla_edge_ros.tools.plan:main",
         ],
     },
 )
