@@ -17,10 +17,11 @@ setup(
     ],
     # The ROS packages (rclpy, the message packages, launch) come from the ROS install or the
     # ros-jazzy-* wheels, not from this list; package.xml declares them for rosdep.
-    install_requires=["setuptools", "numpy", "opencv-python-headless", "rosbags", "matplotlib", "tqdm"],
+    install_requires=["setuptools", "numpy", "opencv-python-headless", "rosbags", "matplotlib", "tqdm",
+                      "pyyaml"],
     extras_require={
         # setuptools >= 72 ignores tests_require: colcon reads the 'test' extra to find pytest.
-        "test": ["pytest", "hypothesis", "pyyaml"],
+        "test": ["pytest", "hypothesis"],
         # The CUDA backend; without it the NumPy backend runs.
         "cuda": ["cupy-cuda13x", "cuda-python"],
         # tokenizer.json prompts (optional: without it the fixed prompt ids are used).

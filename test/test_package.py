@@ -59,6 +59,7 @@ PIP_NAMES = {
     "python3-rosbags-pip": "rosbags",
     "python3-matplotlib": "matplotlib",
     "python3-tqdm": "tqdm",
+    "python3-yaml": "pyyaml",
 }
 
 RUN_TAGS = ("depend", "exec_depend", "build_export_depend")
@@ -201,3 +202,24 @@ def test_checker_catches_an_undeclared_import(tmp_path, monkeypatch, source, dec
     f = tmp_path / "probe.py"
     f.write_text(source)
     assert bool(problems([f], declared_keys, {"vla_edge_ros"})) == bad
+
+
+def _bash(script: str) -> str:
+    import subprocess
+
+    r = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.skipif(not (ROOT / "scripts" / "env.sh").is_file() or not (ROOT / ".venv" / "bin").is_dir(),
+                    reason="needs the repository's .venv (scripts/setup.sh)")
+def test_env_sh_puts_the_console_scripts_on_path():
+    bin_dir = str(ROOT / "install" / "vla_edge_ros" / "lib" / "vla_edge_ros")
+    # Sourced twice and in either order with install/setup.bash: the folder is on PATH exactly once.
+    setup = ". install/setup.bash; " if (ROOT / "install" / "setup.bash").is_file() else ""
+    for script in (f". scripts/env.sh; {setup}. scripts/env.sh; echo $PATH",
+                   f"{setup}. scripts/env.sh; echo $PATH"):
+        assert _bash(script).strip().split(":").count(bin_dir) == 1
+    if (Path(bin_dir) / "vla_edge").is_file():
+        assert _bash(f". scripts/env.sh; {setup}command -v vla_edge").strip() == bin_dir + "/vla_edge"
