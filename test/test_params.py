@@ -33,7 +33,8 @@ def test_every_spec_has_a_description_and_sane_range():
     for s in P.REASONING_SPECS + P.CAMERA_SPECS:
         assert len(s.description) > 10, s.name
         if s.lo is not None:
-            assert s.lo <= s.default <= s.hi, s.name
+            for v in (s.default if isinstance(s.default, list) else [s.default]):
+                assert s.lo <= v <= s.hi, s.name
         if s.choices is not None:
             assert s.default in s.choices
 

@@ -318,3 +318,87 @@ def test_soak_verdict_and_growth():
     assert "deadline-miss rate" in verdict(dict(base, deadline_miss_rate=0.001, deadline_misses=1), 2.0, 2.0, 0.0)[0]
     assert "exited" in verdict(dict(base, node_alive=False, node_exit=1), 2.0, 2.0, 0.0)[0]
     assert not math.isnan(base["expected_rate_hz"])
+
+
+# --- non-finite actions never leave the node (issue 13.1) --------------------------------------------
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 1e300])
+def test_non_finite_or_absurd_twist_scale_is_refused_at_start_up_and_at_run_time(tmp_path, bad):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    scale = [bad, 1.0, 1.0, 1.0, 1.0, 1.0]
+    with pytest.raises(P.ParamError, match="twist_scale entries must be finite"):
+        P.validate_reasoning({"model_path": str(tmp_path), "twist_scale": scale})
+    problems = P.check_update(P.defaults(P.REASONING_SPECS), {"twist_scale": scale}, P.REASONING_SPECS)
+    assert problems and "twist_scale entries must be finite" in problems[0], problems
+    assert P.check_update(P.defaults(P.REASONING_SPECS), {"twist_scale": [-2.0, 0.5, 0, 1, 1, 1000]},
+                          P.REASONING_SPECS) == []
+
+
+def test_every_float_parameter_has_a_finite_range():
+    for s in P.REASONING_SPECS + P.CAMERA_SPECS:
+        floats = isinstance(s.default, float) or (isinstance(s.default, list) and s.default
+                                                  and isinstance(s.default[0], float))
+        if floats:
+            assert s.lo is not None and math.isfinite(s.lo) and math.isfinite(s.hi), s.name
+            changes = {s.name: [float("nan")] * len(s.default) if isinstance(s.default, list) else float("nan")}
+            if s.tunable:
+                assert P.check_update(P.defaults(P.REASONING_SPECS + P.CAMERA_SPECS), changes,
+                                      P.REASONING_SPECS + P.CAMERA_SPECS), s.name
+
+
+class _NanEngine:
+    """The only stand-in here: the real engine decodes bins, which cannot be NaN; this one returns NaN
+    actions so that the guard before publishing can be exercised."""
+
+    busy = False
+
+    def __init__(self, value=float("nan")):
+        from vla_edge_ros.admission import PhaseTimings
+
+        self.value, self.pt = value, PhaseTimings(0.1, 0.1, 0.1, 0.5)
+
+    def submit(self, frame):
+        import concurrent.futures
+        from types import SimpleNamespace
+
+        f = concurrent.futures.Future()
+        f.set_result(SimpleNamespace(action=np.full(8, self.value, np.float32), timings=self.pt, tokens=np.arange(8),
+                                     frame_id=0, retained=[0], evicted=[], cache_tokens=56))
+        return f
+
+
+@pytest.mark.parametrize("fallback", ["zero", "hold"])
+def test_guard_before_publishing_turns_a_nan_action_into_a_zero_fallback(fallback):
+    from vla_edge_ros.admission import PhaseTimings
+    from vla_edge_ros.cycle import ReasoningCycle
+    from vla_edge_ros.frame_buffer import FrameBuffer
+
+    adm = AdmissionController(period_ms=1000.0, safety_margin_ms=2.0)
+    adm.update(PhaseTimings(0.1, 0.1, 0.1, 0.5))
+    fb = FrameBuffer(pinned=False)
+    cyc = ReasoningCycle(_NanEngine(), fb, adm, period_ms=1000.0, fallback=fallback)
+    fb.publish(np.zeros((64, 128, 3), np.uint8), stamp_ns=1)
+    out = cyc.tick()
+    assert out.reason == "fresh" and np.isnan(out.action).all()
+    comps = cyc.finalize(out, [0, 1, 2, 3, 4, 5], [1.0] * 6)
+    assert comps == [0.0] * 6 and out.source == "fallback" and out.reason == "non_finite" and "non-finite" in out.error
+    assert not out.action.any() and cyc.non_finite == 1
+    cyc.record_published(out)
+    # neither a repeat of the model action nor a held fallback hands the NaN out again
+    again = cyc.tick()
+    comps = cyc.finalize(again, range(6), [1.0] * 6)
+    assert np.isfinite(again.action).all() and all(np.isfinite(comps)), (again.reason, again.action)
+    assert cyc.stats.summary()["fallbacks"]["non_finite"] == 1
+
+
+def test_guard_zeroes_a_fallback_times_a_non_finite_scale():
+    from vla_edge_ros.cycle import ReasoningCycle
+    from vla_edge_ros.frame_buffer import FrameBuffer
+
+    cyc = ReasoningCycle(None, FrameBuffer(pinned=False), AdmissionController(period_ms=33.0))
+    out = cyc.tick()  # no frame: the zero fallback
+    comps = cyc.finalize(out, range(6), [float("nan"), 1.0, float("inf"), 1.0, 1.0, 1.0])  # 0 x nan = nan
+    assert comps == [0.0] * 6 and out.reason == "non_finite"
+    ok = cyc.tick()
+    assert cyc.finalize(ok, [0, -1, 2, 3, 4, 5], [2.0] * 6) == [0.0] * 6 and ok.reason == "no_frame"

@@ -521,6 +521,10 @@ def test_impossible_parameters_exit_with_one_message(domain, tmp_path, tiny_mode
         (["-p", f"model_path:={tiny_model}", "-p", "policy:=lru"], "policy='lru' is not one of"),
         (["-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=50"], "kv_capacity_tokens=50 is too small"),
         (["-p", f"model_path:={tiny_model}", "-p", "ema_alpha:=3.0"], "ema_alpha"),
+        (["-p", f"model_path:={tiny_model}", "-p", "twist_scale:=[.nan,1.0,1.0,1.0,1.0,1.0]"],
+         "twist_scale entries must be finite"),
+        (["-p", f"model_path:={tiny_model}", "-p", "twist_scale:=[1.0,1.0,1.0,1.0,1.0,1e300]"],
+         "twist_scale entries must be finite"),
     ]
     for extra, pattern in cases:
         r = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=60, cwd=str(ROOT))

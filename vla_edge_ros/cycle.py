@@ -39,7 +39,16 @@ from .metrics import CycleStats
 
 FALLBACK_MODES = ("zero", "hold")
 # Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
-REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error")
+# "non_finite": the last guard before publishing found NaN/inf in the action or its twist (see `finalize`).
+REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
+           "non_finite")
+TWIST_COMPONENTS = 6
+
+
+def twist_components(action: np.ndarray, twist_map, twist_scale) -> list[float]:
+    """The six twist components: action[twist_map[j]] * twist_scale[j] (index -1 or out of range: 0.0)."""
+    n = len(action)
+    return [float(action[i]) * float(k) if 0 <= int(i) < n else 0.0 for i, k in zip(twist_map, twist_scale)]
 
 
 @dataclass
@@ -104,6 +113,7 @@ class ReasoningCycle:
         self.engine_errors = 0  # chunks that raised, on time or late
         self.bad_timings = 0  # chunk timings the admission controller rejected
         self.probes = 0  # refused chunks admitted anyway to re-measure the cost (probe_after)
+        self.non_finite = 0  # actions stopped by the last guard before publishing (finalize)
         # How long after the guard's wait ended the fallback was actually published, for recent overruns.
         # On a loaded CPU the waiting thread wakes milliseconds late (scheduler, GIL); the guard learns
         # that lag and stops waiting earlier by the part the safety margin does not cover.
@@ -215,6 +225,28 @@ class ReasoningCycle:
         out.chunk, out.timings, out.image = res, res.timings, image
         self._learn(res.timings)
         return self._model(out, "fresh", action)
+
+    def finalize(self, outcome: CycleOutcome, twist_map=range(TWIST_COMPONENTS),
+                 twist_scale=(1.0,) * TWIST_COMPONENTS) -> list[float]:
+        """The last guard before publishing: returns the twist components to send for `outcome`.
+
+        A non-finite action or twist (a NaN from the model, a NaN/inf scale that slipped past validation,
+        0 x inf) never leaves: the outcome becomes the fallback `non_finite` with a zero action and a zero
+        twist (literal zeros, not zero x scale), `error` says what was found, and neither `hold` nor
+        `repeat` can hand the bad action out again."""
+        action = np.asarray(outcome.action, np.float32)
+        comps = twist_components(action, twist_map, twist_scale)
+        if np.isfinite(action).all() and all(np.isfinite(comps)):
+            return comps
+        self.non_finite += 1
+        outcome.error = (f"non-finite output blocked: action {np.array2string(action, precision=4)}, "
+                         f"twist {[round(c, 4) for c in comps]}, twist_scale {list(twist_scale)}")
+        outcome.source, outcome.reason = "fallback", "non_finite"
+        outcome.action = np.zeros(ACTION_TOKENS, np.float32)
+        self._last_action = outcome.action
+        if self._last_model is not None and not np.isfinite(self._last_model[0]).all():
+            self._last_model = None
+        return [0.0] * TWIST_COMPONENTS
 
     def record_published(self, outcome: CycleOutcome, t_publish: float | None = None) -> bool:
         """Record a published outcome in `stats`; returns True if it was late (after the deadline)."""

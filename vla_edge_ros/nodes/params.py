@@ -33,7 +33,7 @@ class Spec:
     name: str
     default: Any
     description: str
-    lo: float | int | None = None  # inclusive range (FloatingPointRange / IntegerRange)
+    lo: float | int | None = None  # inclusive range (FloatingPointRange / IntegerRange); arrays: per entry
     hi: float | int | None = None
     choices: tuple[str, ...] | None = None
     length: int | None = None  # arrays: required length
@@ -74,7 +74,8 @@ REASONING_SPECS: tuple[Spec, ...] = (
          length=ACTION_TOKENS),
     Spec("twist_map", [0, 1, 2, 3, 4, 5],
          "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6, tunable=True),
-    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component.", length=6, tunable=True),
+    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component (finite, each in "
+         "[-1000, 1000]).", -1000.0, 1000.0, length=6, tunable=True),
     Spec("action_frame_id", "base_link", "header.frame_id of ~/action.", tunable=True),
     Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
@@ -118,6 +119,12 @@ def check_specs(values: dict[str, Any], specs) -> list[str]:
         if s.lo is not None and isinstance(v, (int, float)) and not isinstance(v, bool):
             if not (math.isfinite(v) and s.lo <= v <= s.hi):
                 problems.append(f"{s.name}={v} is outside [{s.lo}, {s.hi}]")
+        elif s.lo is not None and isinstance(v, (list, tuple)):
+            # rclpy's ranges apply to scalars only: array entries (NaN, inf, 1e300) are checked here
+            bad = [x for x in v if isinstance(x, bool) or not isinstance(x, (int, float))
+                   or not (math.isfinite(x) and s.lo <= x <= s.hi)]
+            if bad:
+                problems.append(f"{s.name} entries must be finite and in [{s.lo}, {s.hi}], got {bad}")
         if s.length is not None and len(v) != s.length:
             problems.append(f"{s.name} needs {s.length} entries, got {len(v)}")
     return problems
@@ -256,7 +263,7 @@ def _descriptor(s: Spec):
     d = ParameterDescriptor(name=s.name, description=desc, read_only=not s.tunable)
     if s.choices is not None:
         d.additional_constraints = "one of: " + ", ".join(s.choices)
-    if s.lo is not None:
+    if s.lo is not None and not isinstance(s.default, list):
         if isinstance(s.default, float):
             d.floating_point_range = [FloatingPointRange(from_value=float(s.lo), to_value=float(s.hi), step=0.0)]
         else:

@@ -55,10 +55,10 @@ from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runti
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 # fallback reasons whose cycle status is ERROR (the rest are WARN)
-ERROR_REASONS = ("overrun", "engine_error", "internal_error")
+ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")
 TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection, see the module docstring
 FALLBACK_REASONS = ("no_frame", "stale_frame", "repeat", "refused", "busy", "cold", "overrun", "engine_error",
-                    "internal_error")
+                    "internal_error", "non_finite")
 
 
 class StartupError(RuntimeError):
@@ -287,21 +287,22 @@ class ReasoningNode(Node):
 
     # --- publishing ----------------------------------------------------------------------------------
 
-    def _twist(self, action: np.ndarray, stamp_ns: int | None) -> TwistStamped:
+    def _twist(self, c: list[float], stamp_ns: int | None) -> TwistStamped:
         tw = TwistStamped()
         if stamp_ns is None:  # no frame yet: stamp with "now"
             tw.header.stamp = self.get_clock().now().to_msg()
         else:
             tw.header.stamp.sec, tw.header.stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
         tw.header.frame_id = self.p["action_frame_id"]
-        c = [float(action[i]) * k if 0 <= i < len(action) else 0.0 for i, k in zip(self._twist_map, self._twist_scale)]
         tw.twist.linear.x, tw.twist.linear.y, tw.twist.linear.z = c[0], c[1], c[2]
         tw.twist.angular.x, tw.twist.angular.y, tw.twist.angular.z = c[3], c[4], c[5]
         return tw
 
     def _publish(self, out) -> None:
+        # the last guard: a non-finite action or twist becomes the non_finite fallback (zeros), ERROR status
+        comps = self.cycle.finalize(out, self._twist_map, self._twist_scale)
         action = np.asarray(out.action, np.float32)
-        tw = self._twist(action, out.stamp_ns)
+        tw = self._twist(comps, out.stamp_ns)
         self.pub_action.publish(tw)  # the control output first: everything else is bookkeeping
         t_pub = time.monotonic()
         late = self.cycle.record_published(out, t_pub)
@@ -393,6 +394,7 @@ class ReasoningNode(Node):
             "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
             "fallback_rate": s["fallback_rate"], "late_results_discarded": self.cycle.late_results,
             "probes": self.cycle.probes, "bad_timings": self.cycle.bad_timings,
+            "non_finite_blocked": self.cycle.non_finite,
             "wake_slack_ms": self.cycle.wake_slack_s * 1000.0,
             "engine_errors": self.cycle.engine_errors,
         }
@@ -454,11 +456,12 @@ class ReasoningNode(Node):
             return
         # level from what happened since the last roll-up
         counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
-                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
+                  "non_finite": r["non_finite_blocked"], "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
         d = {k: v - self._prev_counts.get(k, 0) for k, v in counts.items()}
         self._prev_counts = counts
-        if d["overruns"] or d["engine_errors"]:
-            lvl, msg = ERROR, f"{d['overruns']} overruns, {d['engine_errors']} engine errors in the last period"
+        if d["overruns"] or d["engine_errors"] or d["non_finite"]:
+            lvl, msg = ERROR, (f"{d['overruns']} overruns, {d['engine_errors']} engine errors, {d['non_finite']} "
+                               f"non-finite actions blocked in the last period")
         elif d["fallbacks"]:
             lvl, msg = WARN, f"{d['fallbacks']} fallbacks of {d['cycles']} cycles in the last period"
         elif d["cycles"] == 0:
