@@ -3,8 +3,11 @@
 The ReasoningNode and `vla-edge-bench` run this very same logic: the node publishes ROS messages,
 the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
 
-1. jitter of `t0` against the tick grid; a chunk that missed an earlier deadline and has finished
-   since is harvested (its timings feed the EMAs, its action is discarded);
+1. where `t0` sits on the tick grid: its scheduled time (given by the caller's timer, else inferred from
+   the grid of the first tick), its jitter, and the grid slots since the previous tick that never ran
+   (a stalled process, a callback held up for more than a period): each is a missed deadline, counted
+   in CycleStats; a chunk that missed an earlier deadline and has finished since is harvested (its
+   timings feed the EMAs, its action is discarded);
 2. freshest frame: none -> fallback `no_frame`; received more than `max_frame_age_ms` before `t0`
    -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
    again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
@@ -18,8 +21,14 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    raised -> fallback `engine_error`;
 5. EMAs updated from the chunk's measured per-phase timings.
 
-The caller publishes `outcome.action` and then calls `record_published(outcome, t_publish)`, which
-feeds CycleStats (cycle latency, deadline-miss flag, chunk time, jitter, frame age).
+The caller publishes `outcome.action` (after `finalize`, the last guard) and then calls
+`record_published(outcome, t_publish)`, which feeds CycleStats (cycle latency from the scheduled tick,
+deadline-miss flag, chunk time, jitter, frame age, the gap since the previous published action).
+
+Deadlines count from the scheduled tick when the caller passes it (the node reads it from its timer,
+the bench from its schedule): a tick that starts late has that much less budget, and its action is late
+if it is published after scheduled + period. Without it (tests, callers without a timer) the tick's own
+start stands in for its scheduled time.
 
 One thread calls tick/record_published (the timer thread); the engine runs chunks on its own worker.
 """
@@ -59,9 +68,9 @@ class CycleOutcome:
     stamp_ns: int | None  # capture stamp of the source frame (None before any frame)
     frame_seq: int  # FrameBuffer seq of the frame this cycle looked at, -1 if none
     frame_age_ms: float | None  # t0 - frame receive time
-    jitter_ms: float  # |t0 - scheduled tick|
+    jitter_ms: float  # |t0 - scheduled tick| (never wrapped: a tick 0.7 periods late reads 0.7 periods)
     t0: float  # monotonic seconds at the tick
-    deadline: float  # t0 + period: the action must be published before this
+    deadline: float  # scheduled tick (or t0) + period: the action must be published before this
     chunk: object | None = None  # ChunkResult of a fresh model action
     timings: PhaseTimings | None = None  # the chunk's measured phases (fresh only)
     remaining_ms: float | None = None  # admission: time left after the margin when deciding
@@ -75,6 +84,8 @@ class CycleOutcome:
     late_error: str | None = None  # or why it failed
     probe: bool = False  # a refused cycle that started a background probe chunk (ReasoningCycle.probe_after)
     wait_until: float | None = None  # when the deadline guard stopped waiting for the chunk
+    scheduled: float | None = None  # the grid time this tick was due (see ReasoningCycle.tick)
+    missed_before: int = 0  # grid slots between the previous tick and this one that never ran
 
 
 WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack...
@@ -106,7 +117,9 @@ class ReasoningCycle:
         self._last_action = np.zeros(ACTION_TOKENS, np.float32)  # last action handed out ("hold")
         self._pending: concurrent.futures.Future | None = None  # a chunk that missed its deadline
         self._pending_seq = -1
-        self._first_tick: float | None = None
+        self._grid_origin: float | None = None  # the tick grid: origin + k * period
+        self._last_slot: int | None = None  # grid slot of the latest tick
+        self._last_publish: float | None = None  # when the previous action was published (gap statistics)
         self._refusals_in_row = 0
         self.cycles = 0
         self.late_results = 0  # late chunks harvested (action discarded, timings learned)
@@ -139,7 +152,12 @@ class ReasoningCycle:
         if probe_after is not None:
             self.probe_after = int(probe_after)
         if period_ms is not None:
-            self._first_tick = None  # the jitter grid restarts with the new period
+            self.reset_schedule()  # the tick grid restarts with the new period (a new timer)
+
+    def reset_schedule(self) -> None:
+        """Forget the tick grid and the last publish time: the caller's timer starts anew (a new period, a
+        node re-activated after a pause), so the time in between is neither missed ticks nor an action gap."""
+        self._grid_origin = self._last_slot = self._last_publish = None
 
     # --- state the caller may look at ----------------------------------------------------------------
 
@@ -173,12 +191,18 @@ class ReasoningCycle:
 
     def tick(self, t0: float | None = None, scheduled: float | None = None) -> CycleOutcome:
         """Run one control cycle that ticked at `t0` (monotonic s; default now). `scheduled` is when the
-        tick was due (for jitter); without it jitter is measured against the grid of the first tick."""
+        tick was due on the caller's timer grid: the budget (admission, the guard's wait) and the deadline
+        count from it. Without it the tick is placed on the grid of the first tick for jitter and missed
+        slots, and its budget counts from `t0`."""
         if t0 is None:
             t0 = self.clock()
         self.cycles += 1
-        out = CycleOutcome("fallback", "no_frame", self._last_action, None, -1, None, self._jitter_ms(t0, scheduled),
-                           t0, t0 + self.period_s)
+        grid_time, missed = self._place_on_grid(t0, scheduled)
+        start = t0 if scheduled is None else scheduled  # where this cycle's budget starts
+        out = CycleOutcome("fallback", "no_frame", self._last_action, None, -1, None, abs(t0 - grid_time) * 1000.0,
+                           t0, start + self.period_s, scheduled=start, missed_before=missed)
+        if missed:
+            self.stats.record_missed(missed)
         self._harvest_late(out)
 
         frame = self.fb.latest()
@@ -195,7 +219,7 @@ class ReasoningCycle:
             return self._model(out, "repeat", action)
 
         slack_s = self.wake_slack_s
-        d = self.admission.decide(t0, busy=self._pending is not None or bool(self.engine.busy),
+        d = self.admission.decide(start, busy=self._pending is not None or bool(self.engine.busy),
                                   reserve_ms=slack_s * 1000.0)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
         if d.reason == "refused" and 0 < self.probe_after <= self._refusals_in_row:
@@ -207,7 +231,7 @@ class ReasoningCycle:
 
         image = np.array(frame.image, copy=True)  # the FrameBuffer view is reused after the next latest()
         self._last_seq = frame.seq
-        out.wait_until = t0 + self.period_s - self.margin_s - slack_s
+        out.wait_until = start + self.period_s - self.margin_s - slack_s
         try:
             fut = self.engine.submit(image)
             res = fut.result(timeout=max(0.0, out.wait_until - self.clock()))
@@ -253,24 +277,34 @@ class ReasoningCycle:
         if t_publish is None:
             t_publish = self.clock()
         late = t_publish > outcome.deadline
+        if self._last_publish is not None:
+            self.stats.action_gap_ms.add((t_publish - self._last_publish) * 1000.0)
+        self._last_publish = t_publish
+        start = outcome.scheduled if outcome.scheduled is not None else outcome.t0
         # Overruns measure the wake-up lag directly; a chunk result published late teaches the same.
         if outcome.wait_until is not None and (outcome.reason == "overrun" or late):
             self._publish_lags.append((t_publish, t_publish - outcome.wait_until))
-        self.stats.record(outcome.source, outcome.reason, late, (t_publish - outcome.t0) * 1000.0,
+        self.stats.record(outcome.source, outcome.reason, late, (t_publish - start) * 1000.0,
                           chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
                           jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms)
         return late
 
     # --- helpers --------------------------------------------------------------------------------------
 
-    def _jitter_ms(self, t0: float, scheduled: float | None) -> float:
-        if scheduled is not None:
-            return abs(t0 - scheduled) * 1000.0
-        if self._first_tick is None:
-            self._first_tick = t0
-            return 0.0
-        k = round((t0 - self._first_tick) / self.period_s)
-        return abs(t0 - (self._first_tick + k * self.period_s)) * 1000.0
+    def _place_on_grid(self, t0: float, scheduled: float | None) -> tuple[float, int]:
+        """(grid time of this tick, grid slots skipped since the previous tick). A given `scheduled` is on the caller's
+        grid, so rounding finds its slot exactly. An inferred slot is the latest grid time at or before t0
+        (floor, not round: a tick 0.7 periods late is 0.7 periods late, not 0.3 early), with 1 % of a
+        period of tolerance for a timer that fires a hair early."""
+        ref = scheduled if scheduled is not None else t0
+        if self._grid_origin is None:
+            self._grid_origin, self._last_slot = ref, 0
+            return ref, 0
+        x = (ref - self._grid_origin) / self.period_s
+        slot = int(round(x)) if scheduled is not None else int(np.floor(x + 0.01))
+        missed = max(0, slot - self._last_slot - 1)
+        self._last_slot = max(self._last_slot, slot)
+        return (ref if scheduled is not None else self._grid_origin + slot * self.period_s), missed
 
     def _harvest_late(self, out: CycleOutcome) -> None:
         fut = self._pending

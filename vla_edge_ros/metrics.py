@@ -72,16 +72,18 @@ class CycleStats:
     """Per-cycle outcome of the reasoning loop: where the action came from, why, and how long it took."""
 
     def __init__(self, window: int = 4096):
-        self.cycle_ms = LatencyStats(window)  # tick -> action published
+        self.cycle_ms = LatencyStats(window)  # scheduled tick -> action published
         self.chunk_ms = LatencyStats(window)  # engine chunk, only cycles that ran one
         self.timer_jitter_ms = LatencyStats(window)  # |actual tick - scheduled tick|
         self.frame_age_ms = LatencyStats(window)  # tick - frame receive time
+        self.action_gap_ms = LatencyStats(window)  # between consecutive published actions
         self._lock = threading.Lock()
         self._cycles = 0
         self._model_actions = 0
         self._fallbacks: dict[str, int] = {}
         self._reasons: dict[str, int] = {}
         self._late = 0
+        self._missed_ticks = 0
 
     def record(
         self,
@@ -113,6 +115,14 @@ class CycleStats:
         if frame_age_ms is not None:
             self.frame_age_ms.add(frame_age_ms)
 
+    def record_missed(self, ticks: int) -> None:
+        """Ticks that never ran (a stalled process, a callback held up past a whole period): each one is
+        a cycle whose action was not published by its deadline."""
+        if ticks < 0:
+            raise ValueError(f"missed ticks must be >= 0, got {ticks!r}")
+        with self._lock:
+            self._missed_ticks += int(ticks)
+
     def summary(self) -> dict:
         """Counts, rates (0.0 before any cycle) and latency percentiles, ready for JSON or diagnostics."""
         with self._lock:
@@ -121,9 +131,12 @@ class CycleStats:
             fallbacks = dict(self._fallbacks)
             reasons = dict(self._reasons)
             late = self._late
+            missed = self._missed_ticks
 
         def rate(n: int) -> float:
             return n / cycles if cycles else 0.0
+
+        due = cycles + missed  # every grid slot: ticks that ran and ticks that never did
 
         return {
             "cycles": cycles,
@@ -131,14 +144,17 @@ class CycleStats:
             "fallbacks": fallbacks,
             "reasons": reasons,
             "repeats": reasons.get("repeat", 0) - fallbacks.get("repeat", 0),  # repeats of a model action
-            "deadline_misses": late,
-            "deadline_miss_rate": rate(late),
+            "deadline_misses": late + missed,  # published late + never ran
+            "deadline_miss_rate": (late + missed) / due if due else 0.0,
+            "late_publishes": late,
+            "missed_ticks": missed,
             "overrun_rate": rate(reasons.get("overrun", 0)),
             "fallback_rate": rate(cycles - model_actions),
             "cycle_ms": self.cycle_ms.percentiles(),
             "chunk_ms": self.chunk_ms.percentiles(),
             "timer_jitter_ms": self.timer_jitter_ms.percentiles(),
             "frame_age_ms": self.frame_age_ms.percentiles(),
+            "action_gap_ms": self.action_gap_ms.percentiles(),
         }
 
 

@@ -256,11 +256,20 @@ class ReasoningNode(Node):
 
     # --- the cycle -----------------------------------------------------------------------------------
 
+    def _scheduled_tick(self, t0: float) -> float | None:
+        """When this timer callback was due: rcl moves the timer's next call time forward on its grid before
+        the callback runs (by whole periods after a stall), so the due time is next call - period."""
+        timer = self.timer
+        until_ns = timer.time_until_next_call() if timer is not None else None
+        if until_ns is None:
+            return None
+        return t0 + until_ns * 1e-9 - timer.timer_period_ns * 1e-9
+
     def _on_tick(self) -> None:
         t0 = time.monotonic()
         self._cycle_index += 1
         try:
-            out = self.cycle.tick(t0)
+            out = self.cycle.tick(t0, self._scheduled_tick(t0))
         except Exception as e:  # noqa: BLE001 - never let an exception kill the timer
             self.get_logger().error(f"cycle failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                                     throttle_duration_sec=5.0)
@@ -321,7 +330,8 @@ class ReasoningNode(Node):
         cycle_ms = (t_pub - out.t0) * 1000.0
         vals = {
             "source": out.source, "reason": out.reason, "cycle": self._cycle_index, "cycle_ms": cycle_ms,
-            "since_scheduled_tick_ms": cycle_ms + out.jitter_ms, "jitter_ms": out.jitter_ms,
+            "since_scheduled_tick_ms": (t_pub - (out.scheduled if out.scheduled is not None else out.t0)) * 1000.0,
+            "jitter_ms": out.jitter_ms, "missed_before": out.missed_before,
             "tick_monotonic": f"{out.t0:.6f}", "late": late,
             "stamp_ns": int(tw.header.stamp.sec) * 1_000_000_000 + int(tw.header.stamp.nanosec),
             "frame_seq": out.frame_seq,
@@ -391,6 +401,7 @@ class ReasoningNode(Node):
         r: dict = {
             "cycles": s["cycles"], "model_actions": s["model_actions"],
             "deadline_miss_rate": s["deadline_miss_rate"], "deadline_misses": s["deadline_misses"],
+            "missed_ticks": s["missed_ticks"], "late_publishes": s["late_publishes"],
             "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
             "fallback_rate": s["fallback_rate"], "late_results_discarded": self.cycle.late_results,
             "probes": self.cycle.probes, "bad_timings": self.cycle.bad_timings,
@@ -404,7 +415,7 @@ class ReasoningNode(Node):
             r[f"fallback_{reason}"] = n
             r[f"fallback_rate_{reason}"] = n / cycles
         r["repeats"] = s["repeats"]
-        for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms"):
+        for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms"):
             for q in ("p50", "p95", "p99", "max"):
                 r[f"{name}_{q}"] = s[name][q]
         for k, v in self.admission.snapshot().items():
@@ -456,12 +467,15 @@ class ReasoningNode(Node):
             return
         # level from what happened since the last roll-up
         counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
-                  "non_finite": r["non_finite_blocked"], "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
+                  "non_finite": r["non_finite_blocked"], "misses": r["deadline_misses"], "missed": r["missed_ticks"],
+                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
         d = {k: v - self._prev_counts.get(k, 0) for k, v in counts.items()}
         self._prev_counts = counts
-        if d["overruns"] or d["engine_errors"] or d["non_finite"]:
-            lvl, msg = ERROR, (f"{d['overruns']} overruns, {d['engine_errors']} engine errors, {d['non_finite']} "
-                               f"non-finite actions blocked in the last period")
+        if d["overruns"] or d["engine_errors"] or d["non_finite"] or d["misses"]:
+            lvl, msg = ERROR, (f"{d['misses']} deadline misses ({d['missed']} ticks never ran), {d['overruns']} "
+                               f"overruns, {d['engine_errors']} engine errors, {d['non_finite']} non-finite actions "
+                               f"blocked in the last period; longest gap between actions "
+                               f"{r['action_gap_ms_max'] or 0.0:.0f} ms")
         elif d["fallbacks"]:
             lvl, msg = WARN, f"{d['fallbacks']} fallbacks of {d['cycles']} cycles in the last period"
         elif d["cycles"] == 0:
