@@ -1,0 +1,236 @@
+"""vla-edge-plan: what a model's chunk costs on edge boards, without a GPU.
+
+Prints the VRAM plan, the bytes one chunk must move (by phase, cache full) and, per board, the projected
+chunk time (bytes / (board bandwidth x efficiency)) with a fits / does-not-fit verdict against
+period - margin. Without a measured efficiency the times are floors at 100 % of the bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+from .. import edge
+from ..constants import ACTION_TOKENS
+
+EXAMPLE = """example:
+  vla-edge-plan --model ~/models/qwen2.5-1.5b-vla --board agx-orin --capacity 4096
+  vla-edge-plan --model ~/models/qwen2.5-1.5b-vla-awq --efficiency 0.6 --json plan.json"""
+
+MB = 1e6
+GB = 1e9
+MIB = 1 << 20
+GIB = 1 << 30
+MAX_CAPACITY = 1 << 20  # the node's kv_capacity_tokens range
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _node_default(name: str, fallback):
+    """The reasoning node's default for a parameter (nodes/params.py is plain Python: no rclpy)."""
+    try:
+        from ..nodes.params import REASONING_SPECS
+
+        return next(s.default for s in REASONING_SPECS if s.name == name)
+    except Exception:  # noqa: BLE001 - the tool still works with the design's defaults
+        return fallback
+
+
+def _finite(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        return v
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="vla-edge-plan", description="\n\n".join(__doc__.split("\n\n")[:2]), epilog=EXAMPLE,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="model directory (config.json; weights are not read)")
+    p.add_argument("--board", default="all", metavar="NAME",
+                   help="board name or alias from config/boards.yaml, or 'all' (default: %(default)s)")
+    p.add_argument("--capacity", type=_finite(int), default=_node_default("kv_capacity_tokens", 4096), metavar="N",
+                   help="KV-cache slots (kv_capacity_tokens); the projection assumes the cache full "
+                   "(default: %(default)s, the node's default)")
+    p.add_argument("--prompt-tokens", type=_finite(int), default=None, metavar="N",
+                   help="pinned prompt length in tokens (default: what the engine uses for this model dir)")
+    p.add_argument("--period-ms", type=_finite(float), default=_node_default("period_ms", edge.PERIOD_MS), metavar="MS",
+                   help="control period in ms (default: %(default)s)")
+    p.add_argument("--margin-ms", type=_finite(float), metavar="MS",
+                   default=_node_default("safety_margin_ms", edge.SAFETY_MARGIN_MS),
+                   help="safety margin kept free at the end of each period, in ms (default: %(default)s)")
+    p.add_argument("--efficiency", type=_finite(float), default=None, metavar="F",
+                   help="fraction of copy bandwidth the engine reaches, in (0, 1] (default: the measured value "
+                   "for the weight format when one is recorded, else 1.0 = a floor at full bandwidth)")
+    p.add_argument("--weights", choices=("model",) + edge.WEIGHT_FORMATS, default="model",
+                   help="what-if: count the layer weights as stored this way instead of as the model dir holds "
+                   "them (w4 = int4, group 128, zero points, unless the model names its own; default: %(default)s)")
+    p.add_argument("--decoding", choices=("model",) + edge.DECODING, default="model",
+                   help="what-if: action decoding to count instead of the model's own (only a model trained "
+                   "for parallel decoding gives good actions with it; default: %(default)s)")
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="also write everything as JSON to this file (default: none)")
+    return p
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / GB:.3f} GB" if b >= 0.1 * GB else f"{b / MB:.2f} MB"
+
+
+def make_plan(a) -> dict:
+    """Everything the tool prints, as plain data (EdgeError / ModelLoadError on bad input)."""
+    from ..engine import system_prompt_ids
+    from ..model.config import ModelConfig
+    from ..vram_plan import vram_plan
+
+    if not (1 <= a.capacity <= MAX_CAPACITY):
+        raise edge.EdgeError(f"--capacity {a.capacity} must be between 1 and {MAX_CAPACITY}")
+    if a.efficiency is not None and not (0 < a.efficiency <= 1):
+        raise edge.EdgeError(f"--efficiency {a.efficiency:g} must be in (0, 1]: a fraction of the copy bandwidth")
+    if not (a.period_ms > a.margin_ms >= 0):
+        raise edge.EdgeError(f"need --period-ms > --margin-ms >= 0, got {a.period_ms:g} and {a.margin_ms:g}")
+    if a.json:
+        _check_out(a.json)
+    if not os.path.isdir(a.model):
+        raise edge.EdgeError(f"{a.model}: model directory not found")
+    cfg = ModelConfig.from_dir(a.model)
+    prompt = a.prompt_tokens
+    if prompt is None:
+        prompt = int(len(system_prompt_ids(a.model, cfg.vocab_size)))
+    if prompt < 0:
+        raise edge.EdgeError(f"--prompt-tokens {prompt} must be >= 0")
+    need = prompt + ACTION_TOKENS + edge.VISION_TOKENS
+    if a.capacity < need:
+        raise edge.EdgeError(f"--capacity {a.capacity} is too small: the {prompt}-token prompt + {ACTION_TOKENS} "
+                             f"action slots + one {edge.VISION_TOKENS}-token frame need at least {need}")
+    boards_all = edge.load_boards()
+    boards = list(boards_all.values()) if a.board.strip().lower() == "all" else [edge.find_board(a.board, boards_all)]
+    what_if = [f"--{k} {getattr(a, k)}" for k in ("weights", "decoding") if getattr(a, k) != "model"]
+    chunk = edge.chunk_bytes(cfg, a.capacity, prompt_tokens=prompt,
+                             weights=None if a.weights == "model" else a.weights,
+                             decoding=None if a.decoding == "model" else a.decoding)
+    proj = [edge.project(chunk, b, a.efficiency, a.period_ms, a.margin_ms) for b in boards]
+    plan = vram_plan(cfg, a.capacity)
+    mem = [edge.memory_fit(plan["total"], b) for b in boards]
+    return {
+        "model": os.path.abspath(a.model),
+        "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
+                   "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+                   "intermediate_size": cfg.intermediate_size, "vocab_size": cfg.vocab_size},
+        "frames_retained_full": edge.frame_capacity(a.capacity, prompt),
+        "vram_plan_bytes": plan, "chunk_bytes": chunk,
+        "boards": [dict(p, memory=m, source=b.source) for p, m, b in zip(proj, mem, boards)],
+        "period_ms": a.period_ms, "margin_ms": a.margin_ms, "boards_file": edge.boards_path(), "what_if": what_if,
+    }
+
+
+def render(r: dict) -> str:
+    c, ch = r["config"], r["chunk_bytes"]
+    fmt = ch["weights"] if ch["weights"] == "bf16" else (
+        f"W{ch['bits']}A16, group {ch['group_size']}, {'zero points' if ch['zero_points'] else 'symmetric'}")
+    out = [f"model {r['model']}",
+           f"  hidden {c['hidden_size']}, {c['num_hidden_layers']} layers, {c['num_attention_heads']}/"
+           f"{c['num_key_value_heads']} heads, FFN {c['intermediate_size']}; weights {fmt}; action decoding "
+           f"{ch['decoding']}",
+           f"  KV cache {ch['capacity']} slots, {ch['prompt_tokens']}-token prompt: {r['frames_retained_full']} "
+           f"frames when full; a decode pass attends {ch['attended_keys']} keys"]
+    if r["what_if"]:
+        out.append(f"  what-if ({', '.join(r['what_if'])}): counted as if the model were stored/trained so; "
+                   f"the engine runs what the model dir holds")
+    out.append("")
+    plan = r["vram_plan_bytes"]
+    parts = ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in plan.items() if k != "total")
+    out.append(f"VRAM plan (vram_plan.py): {parts}"
+               + f"; total {plan['total'] / GIB:.3f} GiB ({plan['total'] / GB:.2f} GB)"
+               + (" (the model dir as it is: the what-if does not change it)" if r["what_if"] else ""))
+    out += ["", "Bytes one chunk must move (cache full):"]
+    rows = [("vision", ch["vision"], "projector + frame"),
+            ("prefill", ch["prefill"], f"{ch['prefill_rows']} rows: layer weights + KV")]
+    if ch["decode_passes"]:
+        rows.append(("decode pass", ch["decode_pass"], f"layer weights + 256 head rows + KV of "
+                     f"{ch['attended_keys']} keys; x {ch['decode_passes']} passes"))
+        rows.append(("decode", ch["decode"], f"{ch['decode_passes']} passes"))
+    else:
+        rows.append(("decode", 0, "none: parallel decoding (the prefill holds the 8 action queries)"))
+    rows.append(("total", ch["total"], ""))
+    for name, b, what in rows:
+        out.append(f"  {name:<12} {_fmt_bytes(b) if b else '-':>11}   {what}".rstrip())
+    budget = r["period_ms"] - r["margin_ms"]
+    out += ["", f"Projected on each board (budget {budget:g} ms = period {r['period_ms']:g} - margin "
+            f"{r['margin_ms']:g} ms):"]
+    head = (f"  {'board':<24} {'GB/s':>10} {'eff':>5} {'prefill ms':>10} {'pass ms':>8} {'chunk ms':>9}  "
+            f"{'verdict':<13} VRAM plan / memory")
+    out.append(head)
+    for p in r["boards"]:
+        m = p["memory"]
+        pass_ms = f"{p['decode_pass_ms']:.2f}" if ch["decode_passes"] else "-"
+        bw = f"{p['bandwidth_gbps']:g}" + (" copy" if p["bandwidth_kind"] == "measured copy" else " peak")
+        out.append(f"  {p['board']:<24} {bw:>10} {100 * p['efficiency']:>4.0f}% "
+                   f"{p['prefill_ms']:>10.2f} {pass_ms:>8} {p['chunk_ms']:>9.2f}  {p['verdict']:<13} "
+                   f"{m['plan_bytes'] / GB:.2f} / {m['memory_gb']:g} GB ({100 * m['fraction']:.0f} %"
+                   f"{', shared with CPU + OS' if m['shared_memory'] else ''})")
+    first = r["boards"][0]
+    eff = (edge.FLOOR_NOTE if first["basis"] == "floor"
+           else f"{first['basis']} efficiency: {100 * first['efficiency']:.1f} % of copy bandwidth")
+    out += ["", "Notes:", "  - " + eff]
+    if any(p["bandwidth_kind"] != "measured copy" for p in r["boards"]):
+        out.append("  - 'peak': " + edge.PEAK_NOTE + "; 'copy': a measured copy rate")
+    out.append("  - bytes are a floor (weights, KV, head, frame; activations not counted); times scale with the "
+               "board's bandwidth only, not its compute or clocks")
+    out.append(f"  - boards: {r['boards_file']}")
+    return "\n".join(out)
+
+
+def _check_out(path: str) -> str:
+    """The folder --json writes into (checked before anything is computed or printed)."""
+    if os.path.isdir(path):
+        raise edge.EdgeError(f"--json {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise edge.EdgeError(f"--json {path}: folder {parent} does not exist")
+    return parent
+
+
+def _write_json(path: str, data: dict) -> None:
+    parent = _check_out(path)
+    fd, tmp = tempfile.mkstemp(prefix=".plan.", dir=parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    from ..model.safetensors_io import ModelLoadError
+
+    a = build_parser().parse_args(argv)
+    try:
+        r = make_plan(a)
+        print(render(r))
+        if a.json:
+            _write_json(a.json, r)
+            print(f"\nwrote {a.json}")
+    except (edge.EdgeError, ModelLoadError, OSError) as e:
+        print(f"vla-edge-plan: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
