@@ -89,6 +89,11 @@ class FrameBuffer:
         self._swap_lock = threading.Lock()  # guards the three indices, the flag and the counters below
         self._front_frame: Frame | None = None  # cached Frame for the current front slot
 
+        # The producer's copy into its back slot. A seam for tests only: replacing it with a copy that pauses
+        # half-way lets a test run the consumer at that exact moment (a torn-frame check that does not rely
+        # on thread timing). Called as _write(dst_slot, src_image).
+        self._write = np.copyto
+
         self.published = 0  # publish() calls (producer-side only)
         self._dropped = 0
         self._delivered = 0
@@ -117,7 +122,7 @@ class FrameBuffer:
             recv_time = time.monotonic()
         seq = self.published
         back = self._back  # only the producer ever changes _back, so no lock needed to read it
-        np.copyto(self._images[back], image)
+        self._write(self._images[back], image)
         self._stamp_ns[back] = int(stamp_ns)
         self._seq[back] = seq
         self._recv_time[back] = float(recv_time)
