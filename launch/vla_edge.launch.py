@@ -1,59 +1,87 @@
 """Start vla_edge (CameraNode + ReasoningNode in one process) with config/vla_edge.yaml.
 
     ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model image_topic:=/camera/image_raw
-    ros2 launch vla_edge_ros vla_edge.launch.py make_tiny_model:=true transport:=compressed
+    ros2 launch vla_edge_ros vla_edge.launch.py make_tiny_model:=true action_topic:=/cmd_vel
+    ros2 launch vla_edge_ros vla_edge.launch.py params_file:=my.yaml namespace:=robot1 log_level:=debug
+
+The parameter arguments (model_path, make_tiny_model, policy, backend, transport, qos_reliability,
+use_sim_time) are empty by default and then set nothing: the value comes from params_file.  Given on
+the command line they override it.  Parameters go to the process as, in this order, ``--params-file
+<params_file>`` and one ``-p name:=value`` per given argument (rcl applies them in order, the last
+wins); both are scoped to the group below.  launch_yaml's file does exactly the same
+(test/test_launch.py compares the two).
 
 The node name is deliberately not set: ``name=`` becomes ``__node:=`` and would rename both nodes
 of the process.  FASTRTPS_DEFAULT_PROFILES_FILE points at the installed Fast DDS profile with an
-8 MiB shared-memory segment (DESIGN.md §8); it applies to every process this launch starts.
+8 MiB shared-memory segment (docs/DESIGN.md §8); it applies to every process this launch starts.
 """
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from launch.actions import DeclareLaunchArgument, GroupAction, SetEnvironmentVariable
+from launch.conditions import IfCondition
+from launch.substitutions import IfElseSubstitution, LaunchConfiguration, NotEqualsSubstitution, PathJoinSubstitution
+from launch_ros.actions import Node, SetParameter, SetParametersFromFile, SetRemap
 from launch_ros.substitutions import FindPackageShare
+
+# Launch argument -> description.  Each one is a node parameter set only when the argument is given.
+PARAM_ARGS = {
+    "model_path": "HF-layout model directory (params file default: empty -> error unless make_tiny_model)",
+    "make_tiny_model": "true | false: generate a tiny random model for a demo",
+    "policy": "KV eviction policy: fifo | sliding_window | semantic",
+    "backend": "auto | numpy | cuda",
+    "transport": "raw | compressed (camera input)",
+    "qos_reliability": "best_effort (live camera) | reliable (bag replay)",
+    "use_sim_time": "true | false: follow /clock (bag replay with --clock)",
+}
+BOOL_PARAMS = ("make_tiny_model", "use_sim_time")
+
+
+def _given(name):
+    return IfCondition(NotEqualsSubstitution(LaunchConfiguration(name), ""))
+
+
+def _value(name):
+    # Booleans are normalised (1/0/True/yes... -> true/false), so both launch files pass a bool
+    # parameter and never an integer the node would refuse.
+    if name in BOOL_PARAMS:
+        return IfElseSubstitution(LaunchConfiguration(name), "true", "false")
+    return LaunchConfiguration(name)
 
 
 def generate_launch_description():
     pkg = FindPackageShare("vla_edge_ros")
     image_topic = LaunchConfiguration("image_topic")
-    return LaunchDescription([
+    args = [
         DeclareLaunchArgument("params_file", default_value=PathJoinSubstitution([pkg, "config", "vla_edge.yaml"]),
-                              description="parameter file for both nodes"),
+                              description="parameter file for both nodes (default: the installed config/vla_edge.yaml)"),
         DeclareLaunchArgument("image_topic", default_value="/camera/image_raw",
                               description="camera topic (raw); '<image_topic>/compressed' for transport:=compressed"),
-        DeclareLaunchArgument("transport", default_value="raw", description="raw | compressed"),
-        DeclareLaunchArgument("qos_reliability", default_value="best_effort",
-                              description="best_effort (live camera) | reliable (bag replay)"),
-        DeclareLaunchArgument("model_path", default_value="",
-                              description="HF-layout model directory (empty: error unless make_tiny_model)"),
-        DeclareLaunchArgument("make_tiny_model", default_value="false",
-                              description="generate a tiny random model for a demo"),
-        DeclareLaunchArgument("policy", default_value="fifo", description="fifo | sliding_window | semantic"),
-        DeclareLaunchArgument("backend", default_value="auto", description="auto | numpy | cuda"),
-        SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE",
-                               PathJoinSubstitution([pkg, "config", "fastdds_shm.xml"])),
+        DeclareLaunchArgument("action_topic", default_value="",
+                              description="remap the TwistStamped output ~/action (default /vla_edge/action), "
+                                          "e.g. /cmd_vel"),
+        DeclareLaunchArgument("namespace", default_value="", description="namespace of both nodes"),
+        DeclareLaunchArgument("log_level", default_value="info", description="debug | info | warn | error | fatal"),
+    ] + [DeclareLaunchArgument(name, default_value="", description=f"{text} (default: from params_file)")
+         for name, text in PARAM_ARGS.items()]
+    group = GroupAction(scoped=True, actions=[
+        SetParametersFromFile(LaunchConfiguration("params_file")),
+        *[SetParameter(name, _value(name), condition=_given(name)) for name in PARAM_ARGS],
+        SetRemap("~/action", LaunchConfiguration("action_topic"), condition=_given("action_topic")),
         Node(
             package="vla_edge_ros",
             executable="vla_edge",
+            namespace=LaunchConfiguration("namespace"),
             output="screen",
             emulate_tty=True,
-            parameters=[
-                LaunchConfiguration("params_file"),
-                {
-                    "model_path": ParameterValue(LaunchConfiguration("model_path"), value_type=str),
-                    "make_tiny_model": ParameterValue(LaunchConfiguration("make_tiny_model"), value_type=bool),
-                    "policy": ParameterValue(LaunchConfiguration("policy"), value_type=str),
-                    "backend": ParameterValue(LaunchConfiguration("backend"), value_type=str),
-                    "transport": ParameterValue(LaunchConfiguration("transport"), value_type=str),
-                    "qos_reliability": ParameterValue(LaunchConfiguration("qos_reliability"), value_type=str),
-                },
-            ],
+            ros_arguments=["--log-level", LaunchConfiguration("log_level")],
             remappings=[
                 ("image", image_topic),
                 ("image/compressed", [image_topic, "/compressed"]),
             ],
         ),
+    ])
+    return LaunchDescription(args + [
+        SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE",
+                               PathJoinSubstitution([pkg, "config", "fastdds_shm.xml"])),
+        group,
     ])
