@@ -162,13 +162,15 @@ def test_nan_weights(tiny, tmp_path):
 
 def test_integer_dtype_refused(tiny, tmp_path):
     d = copy_model(tiny, tmp_path)
-    rewrite(d, "model.safetensors", lambda t: t.update({"model.norm.weight": ("I16", t["model.norm.weight"][1].view(np.int16))}))
+    rewrite(d, "model.safetensors",
+            lambda t: t.update({"model.norm.weight": ("I16", t["model.norm.weight"][1].view(np.int16))}))
     expect_error(d, "model.norm.weight", "I16")
 
 
 def test_float32_weights_accepted(tiny, tmp_path):
     d = copy_model(tiny, tmp_path)
-    rewrite(d, "model.safetensors", lambda t: t.update({"model.norm.weight": ("F32", bf16_to_f32(t["model.norm.weight"][1]))}))
+    rewrite(d, "model.safetensors",
+            lambda t: t.update({"model.norm.weight": ("F32", bf16_to_f32(t["model.norm.weight"][1]))}))
     np.testing.assert_array_equal(load_weights(d).norm, load_weights(tiny).norm)
 
 

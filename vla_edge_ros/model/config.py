@@ -33,6 +33,97 @@ def _typed(v, kind: str):
     return v if math.isfinite(v) else None
 
 
+QUANT_SUPPORTED = ("supported: 4-bit weights in groups of 128, as AWQ gemm (quant_method awq, zero_point true) or "
+                   "compressed-tensors pack-quantized W4A16 (int, strategy group, no activation quantization)")
+ACTION_DECODING = ("autoregressive", "parallel")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """A checkpoint's 4-bit weight format, parsed from config.json's `quantization_config`."""
+    method: str  # "awq" | "compressed-tensors"
+    bits: int = 4
+    group_size: int = 128
+    symmetric: bool = False  # AWQ gemm always has zero points
+
+    def to_hf(self) -> dict:
+        """The `quantization_config` the format's own library writes for this scheme."""
+        if self.method == "awq":
+            return {"quant_method": "awq", "bits": self.bits, "group_size": self.group_size, "zero_point": True,
+                    "version": "gemm", "modules_to_not_convert": None}
+        weights = {"num_bits": self.bits, "type": "int", "symmetric": self.symmetric, "strategy": "group",
+                   "group_size": self.group_size, "dynamic": False, "actorder": None, "block_structure": None,
+                   "observer": "minmax", "observer_kwargs": {}}
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
+                                              "output_activations": None, "format": "pack-quantized"}},
+                "ignore": ["lm_head"], "kv_cache_scheme": None, "global_compression_ratio": None,
+                "sparsity_config": {}}
+
+
+def parse_quant(raw, where) -> QuantConfig | None:
+    """`quantization_config` -> QuantConfig; anything this runtime cannot run raises one ModelLoadError line."""
+    if raw is None:
+        return None
+
+    def bad(what):
+        return ModelLoadError(where, f"quantization_config: {what}; {QUANT_SUPPORTED}")
+
+    if not isinstance(raw, dict):
+        raise bad("not a JSON object")
+    method = raw.get("quant_method")
+    if method == "awq":
+        for key, want in (("bits", 4), ("group_size", 128)):
+            if raw.get(key) != want or isinstance(raw.get(key), bool):
+                raise bad(f"{key}={raw.get(key)!r}")
+        if raw.get("zero_point", True) is not True:  # HF's AwqConfig defaults to zero points
+            raise bad(f"zero_point={raw.get('zero_point')!r} (AWQ gemm with zero points only)")
+        version = raw.get("version", "gemm")
+        if not isinstance(version, str) or version.lower() != "gemm":
+            raise bad(f"version={version!r} (only the gemm packing)")
+        return QuantConfig("awq", symmetric=False)
+    if method == "compressed-tensors":
+        fmt = raw.get("format")
+        if fmt != "pack-quantized":
+            raise bad(f"format={fmt!r}")
+        status = raw.get("quantization_status", "compressed")
+        if status != "compressed":
+            raise bad(f"quantization_status={status!r} (the weights must be stored packed: 'compressed')")
+        if raw.get("kv_cache_scheme") is not None:
+            raise bad("kv_cache_scheme is set (KV cache quantization)")
+        if raw.get("sparsity_config") not in (None, {}):
+            raise bad("sparsity_config is set")
+        groups = raw.get("config_groups")
+        if not isinstance(groups, dict) or not groups:
+            raise bad("config_groups missing")
+        symmetric = set()
+        for gname, g in groups.items():
+            if not isinstance(g, dict):
+                raise bad(f"config_groups.{gname} is not an object")
+            if g.get("format", fmt) != "pack-quantized":
+                raise bad(f"config_groups.{gname}.format={g.get('format')!r}")
+            for act in ("input_activations", "output_activations"):
+                if g.get(act) is not None:
+                    raise bad(f"config_groups.{gname}.{act} is set (activation quantization; only W4A16 runs)")
+            w = g.get("weights")
+            if not isinstance(w, dict):
+                raise bad(f"config_groups.{gname}.weights missing")
+            for key, want in (("num_bits", 4), ("type", "int"), ("strategy", "group"), ("group_size", 128)):
+                if w.get(key) != want or isinstance(w.get(key), bool):
+                    raise bad(f"config_groups.{gname}.weights.{key}={w.get(key)!r}")
+            if w.get("dynamic", False) is not False:
+                raise bad(f"config_groups.{gname}.weights.dynamic={w.get('dynamic')!r}")
+            if w.get("actorder") not in (None, "static"):
+                raise bad(f"config_groups.{gname}.weights.actorder={w.get('actorder')!r} (no g_idx reordering)")
+            if not isinstance(w.get("symmetric", True), bool):
+                raise bad(f"config_groups.{gname}.weights.symmetric={w.get('symmetric')!r}")
+            symmetric.add(w.get("symmetric", True))
+        if len(symmetric) != 1:
+            raise bad("config groups mix symmetric and asymmetric weights")
+        return QuantConfig("compressed-tensors", symmetric=symmetric.pop())
+    raise bad(f"quant_method={method!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     hidden_size: int
@@ -45,6 +136,8 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 32768
+    quant: QuantConfig | None = None  # None: bf16 weights
+    action_decoding: str = "autoregressive"  # config.json "vla_action_decoding": autoregressive | parallel
 
     @property
     def head_dim(self) -> int:
@@ -58,8 +151,14 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.num_key_value_heads * self.head_dim
 
+    @property
+    def parallel(self) -> bool:
+        return self.action_decoding == "parallel"
+
     def validate(self, where="config.json") -> None:
         problems = []
+        if self.action_decoding not in ACTION_DECODING:
+            problems.append(f"vla_action_decoding {self.action_decoding!r} must be one of {', '.join(ACTION_DECODING)}")
         for k, v in asdict(self).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
                 problems.append(f"{k}={v} must be > 0")
@@ -77,6 +176,11 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict:
         d = asdict(self)
+        del d["quant"], d["action_decoding"]
+        if self.quant is not None:
+            d["quantization_config"] = self.quant.to_hf()
+        if self.action_decoding != "autoregressive":
+            d["vla_action_decoding"] = self.action_decoding
         d.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
                  torch_dtype="bfloat16", use_sliding_window=False, sliding_window=None,
                  attention_dropout=0.0, initializer_range=0.02, use_cache=True,
@@ -104,6 +208,8 @@ class ModelConfig:
             raise ModelLoadError(cfg_path, f"model_type {raw.get('model_type')!r} is not qwen2")
         kw = {}
         for name, field in cls.__dataclass_fields__.items():
+            if name in ("quant", "action_decoding"):
+                continue
             if name not in raw:
                 if field.default is dataclasses.MISSING:
                     raise ModelLoadError(cfg_path, f"missing key {name!r}")
@@ -115,9 +221,18 @@ class ModelConfig:
                 raise ModelLoadError(cfg_path, f"key {name!r} has a bad value {shown} (expected a {field.type}"
                                                f"{' <= ' + str(MAX_INT) if field.type == 'int' else ''})")
             kw[name] = value
+        kw["quant"] = parse_quant(raw.get("quantization_config"), cfg_path)
+        decoding = raw.get("vla_action_decoding", "autoregressive")
+        if decoding not in ACTION_DECODING:
+            shown = repr(decoding)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise ModelLoadError(cfg_path, f"key 'vla_action_decoding' has a bad value {shown} "
+                                           f"(expected one of {', '.join(ACTION_DECODING)})")
+        kw["action_decoding"] = decoding
         cfg = cls(**kw)
         if "head_dim" in raw and raw["head_dim"] != cfg.head_dim:
-            raise ModelLoadError(cfg_path, f"head_dim {raw['head_dim']} != hidden_size/num_attention_heads {cfg.head_dim}")
+            raise ModelLoadError(cfg_path, f"head_dim {raw['head_dim']} != hidden_size/num_attention_heads "
+                                           f"{cfg.head_dim}")
         cfg.validate(cfg_path)
         return cfg
 

@@ -1,22 +1,30 @@
 """Load an HF-layout Qwen2 directory (+ optional vision.safetensors) into bf16 arrays, validated.
 
-Everything is kept as bf16 bits (uint16): that is what the GPU uploads unchanged, and the NumPy
-reference widens it to float32 once. A missing tensor, a wrong shape, an unsupported dtype, NaN/Inf,
-a truncated file or a broken shard index raises one `ModelLoadError` naming the file and tensor.
-Pickle checkpoints (`*.bin`, `*.pt`) are refused: loading a model never executes code from it.
+Float tensors are kept as bf16 bits (uint16): that is what the GPU uploads unchanged, and the NumPy
+reference widens it to float32 once. In a 4-bit checkpoint (AWQ gemm or compressed-tensors
+pack-quantized, see `quant.py`) the seven decoder linears of every layer load as `QuantTensor`s;
+norms, biases, embeddings, an untied LM head and the vision projector stay bf16. A missing tensor, a
+wrong shape, an unsupported dtype or format, NaN/Inf, a truncated file or a broken shard index raises
+one `ModelLoadError` naming the file and tensor. Pickle checkpoints (`*.bin`, `*.pt`) are refused:
+loading a model never executes code from it.
 """
 from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constants import PATCH_DIM, VISION_TOKENS
-from .config import ModelConfig
+from ..constants import ACTION_TOKENS, ACTION_VOCAB, PATCH_DIM, VISION_TOKENS
+from .config import QUANT_SUPPORTED, ModelConfig
+from .quant import GROUP, PACK, QuantTensor, from_awq, from_compressed
 from .safetensors_io import ModelLoadError, f32_to_bf16, load_file, read_header
+
+log = logging.getLogger(__name__)
 
 LAYER_TENSORS = {  # short name -> HF suffix under model.layers.{i}.
     "ln1": "input_layernorm.weight",
@@ -27,15 +35,19 @@ LAYER_TENSORS = {  # short name -> HF suffix under model.layers.{i}.
     "ln2": "post_attention_layernorm.weight",
     "wg": "mlp.gate_proj.weight", "wu": "mlp.up_proj.weight", "wd": "mlp.down_proj.weight",
 }
+LINEARS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")  # stored in 4 bits in a quantized checkpoint
 VISION_FILE = "vision.safetensors"
 VISION_SEED = 1234
+ACTION_QUERIES = "action_queries"  # [8, H] in vision.safetensors: the action-slot inputs of a parallel model
+QUANT_PARTS = {"awq": ("qweight", "qzeros", "scales"),
+               "compressed-tensors": ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point")}
 
 
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    H, I = cfg.hidden_size, cfg.intermediate_size
+    H, F = cfg.hidden_size, cfg.intermediate_size
     return {"ln1": (H,), "wq": (cfg.q_dim, H), "bq": (cfg.q_dim,), "wk": (cfg.kv_dim, H), "bk": (cfg.kv_dim,),
             "wv": (cfg.kv_dim, H), "bv": (cfg.kv_dim,), "wo": (H, cfg.q_dim), "ln2": (H,),
-            "wg": (I, H), "wu": (I, H), "wd": (H, I)}
+            "wg": (F, H), "wu": (F, H), "wd": (H, F)}
 
 
 def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -49,6 +61,36 @@ def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def float_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The tensors stored as floats: all of them, less the decoder linears of a quantized model."""
+    shapes = hf_tensor_shapes(cfg)
+    if cfg.quant is not None:
+        for i in range(cfg.num_hidden_layers):
+            for short in LINEARS:
+                del shapes[f"model.layers.{i}.{LAYER_TENSORS[short]}"]
+    return shapes
+
+
+def quant_tensor_shapes(cfg: ModelConfig, prefix: str, shape: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+    """The stored tensors of one quantized linear `prefix` (no `.weight`) of logical shape [out, in]."""
+    out, n_in = shape
+    if cfg.quant.method == "awq":
+        return {f"{prefix}.qweight": (n_in, out // PACK), f"{prefix}.qzeros": (n_in // GROUP, out // PACK),
+                f"{prefix}.scales": (n_in // GROUP, out)}
+    shapes = {f"{prefix}.weight_packed": (out, n_in // PACK), f"{prefix}.weight_scale": (out, n_in // GROUP),
+              f"{prefix}.weight_shape": (2,)}
+    if not cfg.quant.symmetric:
+        shapes[f"{prefix}.weight_zero_point"] = (-(-out // PACK), n_in // GROUP)
+    return shapes
+
+
+def action_query_fallback_ids(cfg: ModelConfig) -> np.ndarray:
+    """Token ids whose embeddings stand in for missing `action_queries`: the 8 ids just below the start token
+    (vocab - 256 - 1), i.e. vocab-265 .. vocab-258. Well defined for any vocabulary, but untrained."""
+    start = cfg.vocab_size - ACTION_VOCAB - 1
+    return np.arange(start - ACTION_TOKENS, start)
+
+
 def vision_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {"patch_proj.weight": (cfg.hidden_size, PATCH_DIM), "patch_proj.bias": (cfg.hidden_size,),
             "pos_embed": (VISION_TOKENS, cfg.hidden_size)}
@@ -60,6 +102,11 @@ class VisionWeights:
     patch_b: np.ndarray  # bf16 bits [H]
     pos_embed: np.ndarray  # bf16 bits [32, H]
     trained: bool  # False: seeded PRNG stand-in, there was no vision.safetensors
+    # Parallel-decoding models only (None for autoregressive ones): the input embeddings of the 8 action
+    # slots, bf16 bits [8, H]. From vision.safetensors `action_queries`, else the embedding rows of
+    # `action_query_fallback_ids` (queries_trained False).
+    action_queries: np.ndarray | None = None
+    queries_trained: bool = False
 
 
 @dataclass
@@ -67,7 +114,7 @@ class Weights:
     cfg: ModelConfig
     embed: np.ndarray  # bf16 bits [V, H]; tied: also the LM head
     norm: np.ndarray
-    layers: list[dict[str, np.ndarray]]
+    layers: list[dict[str, np.ndarray | QuantTensor]]  # LINEARS are QuantTensor when cfg.quant is set
     vision: VisionWeights
     lm_head: np.ndarray | None = None  # only when embeddings are not tied
     path: str = ""
@@ -78,6 +125,7 @@ class Weights:
         return self.embed if self.lm_head is None else self.lm_head
 
     def nbytes(self) -> int:
+        """Bytes of the transformer weights as the device holds them (QuantTensor: packed, see its nbytes)."""
         arrays = [self.embed, self.norm, *(t for layer in self.layers for t in layer.values())]
         if self.lm_head is not None:
             arrays.append(self.lm_head)
@@ -107,13 +155,17 @@ def _weight_files(path) -> dict[str, str]:
         try:
             with open(index) as f:
                 weight_map = json.load(f)["weight_map"]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ModelLoadError(index, f"unreadable shard index ({e!r})") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError) as e:
+            raise ModelLoadError(index, f"unreadable shard index ({type(e).__name__}: {e})") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ModelLoadError(index, f"'weight_map' must map tensor names to file names, got a "
+                                        f"{type(weight_map).__name__}")
         return {name: os.path.join(path, os.path.basename(fn)) for name, fn in weight_map.items()}
     if os.path.isfile(single):
         infos, _, _ = read_header(single)
         return {name: single for name in infos}
-    hint = f"; pickle checkpoints are refused for safety: {', '.join(map(os.path.basename, pickles))}" if pickles else ""
+    hint = (f"; pickle checkpoints are refused for safety: {', '.join(map(os.path.basename, pickles))}"
+            if pickles else "")
     raise ModelLoadError(single, f"file not found (nor model.safetensors.index.json){hint}")
 
 
@@ -130,7 +182,8 @@ def _load_set(files_by_name, expected, check_finite) -> dict[str, np.ndarray]:
             if name not in infos:
                 raise ModelLoadError(fn, "tensor missing (the index names this file)", name)
             if infos[name].shape != tuple(expected[name]):
-                raise ModelLoadError(fn, f"shape {list(infos[name].shape)} does not match the config, expected {list(expected[name])}", name)
+                raise ModelLoadError(fn, f"shape {list(infos[name].shape)} does not match the config, expected "
+                                         f"{list(expected[name])}", name)
         for name, (dtype, arr) in load_file(fn, names).items():
             out[name] = _to_bf16(fn, name, dtype, arr, check_finite)
     return out
@@ -140,9 +193,99 @@ def random_vision_weights(cfg: ModelConfig, seed: int = VISION_SEED) -> dict[str
     """Untrained patch projector from a seeded PRNG, as float32, keyed like vision.safetensors."""
     rng = np.random.default_rng(seed)
     shapes = vision_shapes(cfg)
-    return {"patch_proj.weight": rng.standard_normal(shapes["patch_proj.weight"], dtype=np.float32) * (1.0 / np.sqrt(PATCH_DIM)),
+    return {"patch_proj.weight": (rng.standard_normal(shapes["patch_proj.weight"], dtype=np.float32)
+                                  * (1.0 / np.sqrt(PATCH_DIM))),
             "patch_proj.bias": rng.standard_normal(shapes["patch_proj.bias"], dtype=np.float32) * 0.02,
             "pos_embed": rng.standard_normal(shapes["pos_embed"], dtype=np.float32) * 0.02}
+
+
+def _check_layer_count(cfg: ModelConfig, files_by_name: dict[str, str], cfg_path: str) -> None:
+    """The config's layer count against the layers the weight files name, before anything is sized by it
+    (a config with 16 million layers would otherwise be expanded into hundreds of millions of tensor names)."""
+    layers = {int(m.group(1)) for name in files_by_name if (m := re.match(r"model\.layers\.(\d+)\.", name))}
+    held = max(layers) + 1 if layers else 0
+    if cfg.num_hidden_layers != held:
+        files = ", ".join(sorted({os.path.basename(f) for f in files_by_name.values()})) or "no weight file"
+        raise ModelLoadError(cfg_path, f"num_hidden_layers={cfg.num_hidden_layers} but the weight files ({files}) "
+                                       f"hold {held} layers")
+
+
+def _missing_part(cfg, files_by_name, prefix, name) -> str:
+    if f"{prefix}.weight" in files_by_name:
+        return (f"tensor missing: this linear is stored unquantized ({prefix}.weight), but every decoder linear of a "
+                f"{cfg.quant.method} model must be 4-bit")
+    if name.endswith(".qzeros"):
+        return "tensor missing: AWQ gemm needs zero points (qzeros)"
+    if name.endswith(".weight_zero_point"):
+        return "tensor missing: the config says asymmetric (symmetric: false), which needs zero points"
+    return "tensor missing"
+
+
+def _quant_expected(cfg, files_by_name, prefix, shape) -> dict[str, tuple[tuple[int, ...], tuple[str, ...]]]:
+    """The stored parts of one 4-bit linear: {name: (shape, allowed dtypes)}, after checking they are all there."""
+    out, n_in = shape
+    any_file = next(iter(set(files_by_name.values())), "?")
+    if n_in % GROUP or out % PACK:
+        raise ModelLoadError(files_by_name.get(f"{prefix}.weight", any_file),
+                             f"shape [{out}, {n_in}] cannot be 4-bit here: input size must be a multiple of {GROUP} "
+                             f"and output size of {PACK}", f"{prefix}.weight")
+    expected = {}
+    for name, want in quant_tensor_shapes(cfg, prefix, shape).items():
+        if name not in files_by_name:
+            raise ModelLoadError(files_by_name.get(f"{prefix}.weight", any_file),
+                                 _missing_part(cfg, files_by_name, prefix, name), name)
+        part = name.rsplit(".", 1)[1]
+        dtypes = ("I32", "I64") if part == "weight_shape" else ("F16", "BF16") if "scale" in part else ("I32",)
+        expected[name] = (want, dtypes)
+    extra = f"{prefix}.weight_zero_point"
+    if cfg.quant.method == "compressed-tensors" and cfg.quant.symmetric and extra in files_by_name:
+        raise ModelLoadError(files_by_name[extra], "zero points present but the config says symmetric: true", extra)
+    return expected
+
+
+def _load_raw(cfg, files_by_name, expected) -> dict[str, tuple[str, str, np.ndarray]]:
+    """{name: (file, dtype, array)} for integer/16-bit parts, loaded one file at a time, shapes and dtypes checked."""
+    by_file: dict[str, list[str]] = {}
+    for name in expected:
+        by_file.setdefault(files_by_name[name], []).append(name)
+    out = {}
+    for fn, names in by_file.items():
+        infos = read_header(fn)[0]
+        for name in names:
+            want, dtypes = expected[name]
+            if name not in infos:
+                raise ModelLoadError(fn, f"{_missing_part(cfg, files_by_name, name.rsplit('.', 1)[0], name)} "
+                                         f"(the index names this file)", name)
+            if infos[name].dtype not in dtypes:
+                raise ModelLoadError(fn, f"dtype {infos[name].dtype} is not supported here (expected "
+                                         f"{' or '.join(dtypes)}); {QUANT_SUPPORTED}", name)
+            if infos[name].shape != tuple(want):
+                raise ModelLoadError(fn, f"shape {list(infos[name].shape)} does not match the config, expected "
+                                         f"{list(want)} (4-bit, group {GROUP})", name)
+        for name, (dtype, arr) in load_file(fn, names).items():
+            out[name] = (fn, dtype, arr)
+    return out
+
+
+def _build_quant(cfg, raw, prefix, shape, check_finite) -> QuantTensor:
+    def scales(part):
+        fn, dtype, arr = raw[f"{prefix}.{part}"]
+        if check_finite:
+            bad = ((arr & 0x7F80) == 0x7F80).any() if dtype == "BF16" else not np.isfinite(arr).all()
+            if bad:
+                raise ModelLoadError(fn, "scales contain NaN or Inf", f"{prefix}.{part}")
+        return arr, ("float16" if dtype == "F16" else "bfloat16")
+
+    if cfg.quant.method == "awq":
+        s, sdt = scales("scales")
+        return from_awq(raw[f"{prefix}.qweight"][2], raw[f"{prefix}.qzeros"][2], s, sdt)
+    fn, _, ws = raw[f"{prefix}.weight_shape"]
+    if [int(v) for v in ws] != list(shape):
+        raise ModelLoadError(fn, f"weight_shape {[int(v) for v in ws]} does not match the config, expected "
+                                 f"{list(shape)}", f"{prefix}.weight_shape")
+    s, sdt = scales("weight_scale")
+    zp = raw.get(f"{prefix}.weight_zero_point")
+    return from_compressed(raw[f"{prefix}.weight_packed"][2], s, None if zp is None else zp[2], shape, sdt)
 
 
 def load_weights(path, check_finite: bool = True) -> Weights:
@@ -151,17 +294,54 @@ def load_weights(path, check_finite: bool = True) -> Weights:
         raise ModelLoadError(path, "model directory not found")
     cfg = ModelConfig.from_dir(path)
     files_by_name = _weight_files(path)
-    t = _load_set(files_by_name, hf_tensor_shapes(cfg), check_finite)
-    layers = [{short: t[f"model.layers.{i}.{suffix}"] for short, suffix in LAYER_TENSORS.items()}
-              for i in range(cfg.num_hidden_layers)]
+    _check_layer_count(cfg, files_by_name, os.path.join(path, "config.json"))
+    if cfg.quant is not None:
+        for name in ("lm_head", "model.embed_tokens"):
+            if any(f"{name}.{part}" in files_by_name for part in QUANT_PARTS[cfg.quant.method]):
+                raise ModelLoadError(files_by_name.get(f"{name}.{QUANT_PARTS[cfg.quant.method][0]}", path),
+                                     "stored 4-bit; only the decoder linears may be (keep it in the config's "
+                                     "ignore / modules_to_not_convert)", name)
+    t = _load_set(files_by_name, float_tensor_shapes(cfg), check_finite)
+    shapes = layer_shapes(cfg)
+    quant_parts = {}
+    if cfg.quant is not None:
+        for i in range(cfg.num_hidden_layers):
+            for short in LINEARS:
+                prefix = f"model.layers.{i}.{LAYER_TENSORS[short]}"[:-len(".weight")]
+                quant_parts.update(_quant_expected(cfg, files_by_name, prefix, shapes[short]))
+        raw = _load_raw(cfg, files_by_name, quant_parts)
+    layers = []
+    for i in range(cfg.num_hidden_layers):
+        layer = {}
+        for short, suffix in LAYER_TENSORS.items():
+            name = f"model.layers.{i}.{suffix}"
+            if cfg.quant is not None and short in LINEARS:
+                layer[short] = _build_quant(cfg, raw, name[:-len(".weight")], shapes[short], check_finite)
+            else:
+                layer[short] = t[name]
+        layers.append(layer)
+    embed = t["model.embed_tokens.weight"]
     vpath = os.path.join(path, VISION_FILE)
+    queries = None
     if os.path.exists(vpath):
-        v = _load_set({n: vpath for n in read_header(vpath)[0]}, vision_shapes(cfg), check_finite)
+        header = read_header(vpath)[0]
+        expected = vision_shapes(cfg)
+        if cfg.parallel and ACTION_QUERIES in header:
+            expected[ACTION_QUERIES] = (ACTION_TOKENS, cfg.hidden_size)
+        v = _load_set({n: vpath for n in header}, expected, check_finite)
+        queries = v.get(ACTION_QUERIES)
         trained = True
     else:
         v = {k: f32_to_bf16(a) for k, a in random_vision_weights(cfg).items()}
         trained = False
-    vision = VisionWeights(v["patch_proj.weight"], v["patch_proj.bias"], v["pos_embed"], trained)
-    return Weights(cfg=cfg, embed=t["model.embed_tokens.weight"], norm=t["model.norm.weight"], layers=layers,
+    queries_trained = queries is not None
+    if cfg.parallel and queries is None:
+        ids = action_query_fallback_ids(cfg)
+        queries = np.ascontiguousarray(embed[ids])
+        log.warning("%s: parallel action decoding without '%s' in %s: the action slots use the embeddings of "
+                    "token ids %d..%d (untrained for this role)", path, ACTION_QUERIES, VISION_FILE, ids[0], ids[-1])
+    vision = VisionWeights(v["patch_proj.weight"], v["patch_proj.bias"], v["pos_embed"], trained,
+                           action_queries=queries, queries_trained=queries_trained)
+    return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers,
                    vision=vision, lm_head=t.get("lm_head.weight"), path=path,
                    files=sorted(set(files_by_name.values())))

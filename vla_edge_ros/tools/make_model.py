@@ -1,11 +1,17 @@
 """vla-edge-make-model: write random weights in HF Qwen2 layout (+ vision.safetensors).
 
-The output loads unchanged in `transformers.AutoModelForCausalLM.from_pretrained(DIR)`. Speed does
-not depend on weight values, so these serve tests, demos and benchmarks alike.
+The output loads unchanged in `transformers.AutoModelForCausalLM.from_pretrained(DIR)` (a 4-bit one there
+with the format's library installed). Speed does not depend on weight values, so these serve tests, demos
+and benchmarks alike. `--quant` writes the same random model with its decoder linears rounded to 4 bits in
+a published layout (AWQ gemm or compressed-tensors pack-quantized); `--action-decoding parallel` marks it
+as a parallel-decoding model and adds random `action_queries` to vision.safetensors.
+
+Example: vla-edge-make-model --preset tiny --quant awq --out /tmp/tiny-awq
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -14,9 +20,13 @@ import tempfile
 
 import numpy as np
 
-from ..model.config import PRESETS, ModelConfig
-from ..model.safetensors_io import f32_to_bf16, save_file
-from ..model.weights import VISION_FILE, hf_tensor_shapes, random_vision_weights
+from ..constants import ACTION_TOKENS
+from ..model.config import ACTION_DECODING, PRESETS, ModelConfig, QuantConfig
+from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, stored_tensors
+from ..model.safetensors_io import OutputDirError, atomic_output_dir, bf16_to_f32, f32_to_bf16, save_file
+from ..model.weights import ACTION_QUERIES, LAYER_TENSORS, LINEARS, VISION_FILE, hf_tensor_shapes, random_vision_weights
+
+QUANT_SUFFIXES = tuple(LAYER_TENSORS[s] for s in LINEARS)
 
 
 def _random_tensor(rng, name, shape) -> np.ndarray:
@@ -26,26 +36,64 @@ def _random_tensor(rng, name, shape) -> np.ndarray:
     return 0.02 * rng.standard_normal(shape, dtype=np.float32)
 
 
-def make_model(out: str, preset: str = "tiny", seed: int = 0, shards: int = 1, cfg: ModelConfig | None = None) -> str:
+def model_config(preset: str = "tiny", quant: str | None = None, symmetric: bool = False,
+                 action_decoding: str = "autoregressive", cfg: ModelConfig | None = None) -> ModelConfig:
+    """`preset` (or `cfg`) with the 4-bit format and the action decoding mode applied."""
     cfg = cfg or PRESETS[preset]
-    os.makedirs(out, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    # Draw in one fixed order so the values do not depend on how the tensors are sharded.
-    names = sorted(hf_tensor_shapes(cfg).items())
-    values = {name: f32_to_bf16(_random_tensor(rng, name, shape)) for name, shape in names}
+    q = None if quant in (None, "none") else QuantConfig(quant, symmetric=symmetric and quant == "compressed-tensors")
+    if quant is not None:
+        cfg = dataclasses.replace(cfg, quant=q)
+    return dataclasses.replace(cfg, action_decoding=action_decoding)
+
+
+def write_model_files(out: str, cfg: ModelConfig, tensors: dict[str, tuple[str, np.ndarray]], shards: int = 1) -> None:
+    """Write float tensors {HF name: (dtype, array)} into `out`, the decoder linears of a quantized `cfg` rounded
+    to 4 bits in its layout; a tensor's parts stay in one shard. Also writes config.json."""
+    names = sorted(tensors)
     weight_map = {}
     for i in range(shards):
         fn = "model.safetensors" if shards == 1 else f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        group = [name for name, _ in names[i::shards]]
-        save_file({name: ("BF16", values.pop(name)) for name in group}, os.path.join(out, fn))
+        group = {}
+        for name in names[i::shards]:
+            dtype, arr = tensors.pop(name)
+            if cfg.quant is not None and name.startswith("model.layers.") and name.endswith(QUANT_SUFFIXES):
+                w = bf16_to_f32(arr) if dtype == "BF16" else np.asarray(arr, np.float32)
+                qt = quantize_rtn(w, cfg.quant.symmetric, default_scale_dtype(cfg.quant.method), cfg.quant.method)
+                group.update(stored_tensors(name[:-len(".weight")], qt, cfg.quant.method, cfg.quant.symmetric))
+            else:
+                group[name] = (dtype, arr)
+        save_file(group, os.path.join(out, fn))
         weight_map.update({name: fn for name in group})
     if shards > 1:
         with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
-    vision = {k: ("BF16", f32_to_bf16(v)) for k, v in random_vision_weights(cfg, seed + 1).items()}
-    save_file(vision, os.path.join(out, VISION_FILE), {"note": "untrained patch projector (random)"})
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg.to_hf_dict(), f, indent=1)
+
+
+def make_model(out: str, preset: str = "tiny", seed: int = 0, shards: int = 1, cfg: ModelConfig | None = None,
+               quant: str | None = None, symmetric: bool = False, action_decoding: str | None = None,
+               force: bool = False) -> str:
+    """Write a random model into `out` (absent or empty; non-empty only with `force`), atomically.
+
+    `quant` / `action_decoding` left None keep what `cfg` (or the preset) says."""
+    cfg = cfg or PRESETS[preset]
+    cfg = model_config(quant=quant, symmetric=symmetric, cfg=cfg,
+                       action_decoding=action_decoding or cfg.action_decoding)
+    rng = np.random.default_rng(seed)
+    with atomic_output_dir(out, force) as tmp:
+        # Draw in one fixed order so the values depend neither on the sharding nor on the 4-bit format:
+        # a quantized model is the bf16 model of the same seed, rounded.
+        values = {name: ("BF16", f32_to_bf16(_random_tensor(rng, name, shape)))
+                  for name, shape in sorted(hf_tensor_shapes(cfg).items())}
+        write_model_files(tmp, cfg, values, shards)
+        vision = {k: ("BF16", f32_to_bf16(v)) for k, v in random_vision_weights(cfg, seed + 1).items()}
+        note = "untrained patch projector (random)"
+        if cfg.parallel:
+            q = 0.02 * np.random.default_rng(seed + 2).standard_normal((ACTION_TOKENS, cfg.hidden_size), np.float32)
+            vision[ACTION_QUERIES] = ("BF16", f32_to_bf16(q))
+            note += " and action queries (random)"
+        save_file(vision, os.path.join(tmp, VISION_FILE), {"note": note})
     return out
 
 
@@ -70,16 +118,32 @@ def ensure_model(out: str, preset: str = "tiny", seed: int = 0) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="vla-edge-make-model", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(prog="vla-edge-make-model", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.strip().splitlines()[-1],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model shape")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--shards", type=int, default=1, help="write model-0000N-of-0000M.safetensors + index")
-    p.add_argument("--out", required=True)
+    p.add_argument("--quant", choices=("none", *FORMATS), default="none",
+                   help="round the decoder linears to 4 bits (group 128) in this published layout")
+    p.add_argument("--symmetric", action="store_true", help="compressed-tensors: symmetric 4-bit, no zero points")
+    p.add_argument("--action-decoding", choices=ACTION_DECODING, default="autoregressive",
+                   help="parallel: config key vla_action_decoding and random action_queries in vision.safetensors")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--out", required=True, help="output model directory (absent or empty)")
     a = p.parse_args(argv)
     if a.shards < 1:
         p.error("--shards must be >= 1")
-    make_model(a.out, a.preset, a.seed, a.shards)
-    print(f"wrote {a.preset} (seed {a.seed}) to {a.out}")
+    if a.symmetric and a.quant != "compressed-tensors":
+        p.error("--symmetric needs --quant compressed-tensors (AWQ gemm always has zero points)")
+    try:
+        make_model(a.out, a.preset, a.seed, a.shards, quant=a.quant, symmetric=a.symmetric,
+                   action_decoding=a.action_decoding, force=a.force)
+    except (OutputDirError, OSError) as e:
+        print(f"vla-edge-make-model: error: {e}", file=sys.stderr)
+        return 2
+    kind = "" if a.quant == "none" else f" {a.quant}{' symmetric' if a.symmetric else ''} 4-bit"
+    print(f"wrote {a.preset}{kind} {a.action_decoding} (seed {a.seed}) to {a.out}")
     return 0
 
 

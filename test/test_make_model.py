@@ -1,0 +1,168 @@
+"""vla-edge-make-model and vla-edge-quantize: never overwrite or mix silently, write atomically, refuse bad input
+with one line; the loader checks a config's layer count against the files before building anything."""
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from vla_edge_ros.model import safetensors_io
+from vla_edge_ros.model.safetensors_io import ModelLoadError, load_file
+from vla_edge_ros.model.weights import load_weights
+from vla_edge_ros.tools import make_model as mm
+from vla_edge_ros.tools import quantize as qz
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _listing(d):
+    return sorted(os.listdir(d))
+
+
+def _no_temp_dirs(parent):
+    return [n for n in os.listdir(parent) if n.endswith((".tmp", ".old"))] == []
+
+
+def test_make_model_refuses_non_empty_out_and_force_replaces_without_mixing(tmp_path, capsys):
+    out = tmp_path / "m"
+    assert mm.main(["--preset", "micro", "--shards", "2", "--out", str(out)]) == 0
+    sharded = _listing(out)
+    assert "model.safetensors.index.json" in sharded
+    assert mm.main(["--preset", "micro", "--out", str(out)]) == 2  # no --force: refused, untouched
+    err = capsys.readouterr().err.strip()
+    assert "not empty" in err and "--force" in err and str(out) in err and "\n" not in err
+    assert _listing(out) == sharded
+    assert mm.main(["--preset", "micro", "--out", str(out), "--force"]) == 0
+    assert _listing(out) == ["config.json", "model.safetensors", "vision.safetensors"]  # no old shards/index left
+    load_weights(str(out))
+    assert _no_temp_dirs(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert mm.main(["--preset", "micro", "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert mm.main(["--preset", "micro", "--out", str(empty)]) == 0  # an empty directory is fine
+    assert oct(os.stat(empty).st_mode & 0o777) != oct(0o700)  # an ordinary directory, not mkdtemp's private one
+
+
+def test_make_model_is_atomic_when_writing_fails(tmp_path, monkeypatch):
+    out = tmp_path / "m"
+    mm.make_model(str(out), "micro", seed=1)
+    before = {f: open(out / f, "rb").read() for f in _listing(out)}
+    real = safetensors_io.save_file
+    calls = []
+
+    def failing(tensors, path, metadata=None):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(tensors, path, metadata)
+
+    monkeypatch.setattr(mm, "save_file", failing)
+    with pytest.raises(OSError):
+        mm.make_model(str(out), "micro", seed=2, shards=2, force=True)
+    assert {f: open(out / f, "rb").read() for f in _listing(out)} == before  # old model intact, nothing mixed in
+    assert _no_temp_dirs(tmp_path)
+    calls.clear()
+    with pytest.raises(OSError):
+        mm.make_model(str(tmp_path / "new"), "micro", seed=2, shards=2)
+    assert not (tmp_path / "new").exists()  # no half model under the final name
+    assert _no_temp_dirs(tmp_path)
+
+
+def test_absurd_layer_count_is_refused_before_anything_is_built(tmp_path):
+    d = mm.make_model(str(tmp_path / "m"), "micro", seed=0)
+    p = os.path.join(d, "config.json")
+    raw = json.load(open(p))
+    raw["num_hidden_layers"] = 16777216
+    json.dump(raw, open(p, "w"))
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError) as e:
+        load_weights(d)
+    took = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    msg = str(e.value)
+    assert "config.json" in msg and "num_hidden_layers=16777216" in msg and "hold 1 layers" in msg
+    assert "\n" not in msg
+    assert peak < 20 * 2**20, f"peak {peak / 2**20:.1f} MiB"  # 16M layers of tensor names would be gigabytes
+    assert took < 5.0
+    raw["num_hidden_layers"] = 0 + 2  # more layers than stored: the same clear line, not "tensor missing"
+    json.dump(raw, open(p, "w"))
+    with pytest.raises(ModelLoadError, match="num_hidden_layers=2 but the weight files"):
+        load_weights(d)
+
+
+@pytest.mark.parametrize("weight_map", [["model-00001-of-00002.safetensors"], {"a": 3}, "x"])
+def test_shard_index_with_a_bad_weight_map_names_the_file(tmp_path, weight_map):
+    d = mm.make_model(str(tmp_path / "m"), "micro", seed=0, shards=2)
+    index = os.path.join(d, "model.safetensors.index.json")
+    json.dump({"metadata": {}, "weight_map": weight_map}, open(index, "w"))
+    with pytest.raises(ModelLoadError) as e:
+        load_weights(d)
+    assert "model.safetensors.index.json" in str(e.value) and "weight_map" in str(e.value)
+
+
+def test_quantize_tool_equals_make_model_quant_and_copies_other_files(tmp_path, capsys):
+    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=5)
+    open(os.path.join(src, "tokenizer.json"), "w").write('{"model": {}}')
+    assert qz.main(["--model", src, "--format", "compressed-tensors", "--out", str(tmp_path / "q")]) == 0
+    assert "quantized 7 linears of 1 layers" in capsys.readouterr().out
+    ref = mm.make_model(str(tmp_path / "ref"), "micro", seed=5, quant="compressed-tensors")
+    got = load_file(str(tmp_path / "q" / "model.safetensors"))
+    want = load_file(os.path.join(ref, "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k][0] == want[k][0], k
+        np.testing.assert_array_equal(got[k][1], want[k][1])
+    assert json.load(open(tmp_path / "q" / "config.json"))["quantization_config"] == \
+        json.load(open(os.path.join(ref, "config.json")))["quantization_config"]
+    assert (tmp_path / "q" / "tokenizer.json").read_text() == '{"model": {}}'
+    assert (tmp_path / "q" / "vision.safetensors").read_bytes() == \
+        open(os.path.join(src, "vision.safetensors"), "rb").read()
+    assert load_weights(str(tmp_path / "q")).cfg.quant.method == "compressed-tensors"
+    assert _no_temp_dirs(tmp_path)
+
+
+@pytest.mark.parametrize("case", ["non-empty out", "already quantized", "missing model", "symmetric awq",
+                                  "out is the model", "broken model"])
+def test_quantize_refusals_are_one_line(tmp_path, capsys, case):
+    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=5)
+    out = tmp_path / "out"
+    args = ["--model", src, "--format", "awq", "--out", str(out)]
+    if case == "non-empty out":
+        out.mkdir()
+        (out / "keep").write_text("mine")
+    elif case == "already quantized":
+        args[1] = mm.make_model(str(tmp_path / "q"), "micro", seed=5, quant="awq")
+    elif case == "missing model":
+        args[1] = str(tmp_path / "nope")
+    elif case == "symmetric awq":
+        args.append("--symmetric")
+    elif case == "out is the model":
+        args[5] = src
+    elif case == "broken model":
+        with open(os.path.join(src, "model.safetensors"), "r+b") as f:
+            f.truncate(1000)
+    assert qz.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vla-edge-quantize: error:") and "\n" not in err, err
+    expect = {"non-empty out": "not empty", "already quantized": "already quantized", "missing model": "not found",
+              "symmetric awq": "compressed-tensors only", "out is the model": "must differ",
+              "broken model": "truncated"}[case]
+    assert expect in err
+    if case == "non-empty out":
+        assert _listing(out) == ["keep"]
+    elif case != "out is the model":
+        assert not out.exists()
+
+
+def test_quantize_runs_as_a_module():
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.quantize", "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--format" in r.stdout and "Example:" in r.stdout
