@@ -7,7 +7,6 @@ import pytest
 from vla_edge_ros.actions import ActionDecoder, twist_components
 from vla_edge_ros.constants import ACTION_TOKENS, ACTION_VOCAB
 from vla_edge_ros.engine import Engine, EngineError
-from vla_edge_ros.model.reference import ReferenceModel
 from vla_edge_ros.tools.make_model import make_model
 
 
@@ -36,9 +35,10 @@ def test_chunk_produces_actions_in_range_and_timings(tiny):
         eng.close()
 
 
-def test_engine_matches_reference_and_survives_eviction(tiny):
-    """Over a stream longer than the cache, the engine keeps positions bounded, evicts, and its first
-    chunk decodes exactly what a fresh reference model decodes."""
+def test_engine_is_deterministic_and_survives_eviction(tiny):
+    """Over a stream longer than the cache, the engine keeps positions bounded and evicts; a fresh engine
+    decodes the first chunk identically (determinism, not correctness: the logits after evictions are
+    checked against HF transformers in test_eviction_rope.py)."""
     eng = Engine(tiny, backend="numpy", kv_capacity_tokens=16 + 8 + 4 * 32, policy="fifo")
     try:
         fs = frames(10, seed=2)
@@ -47,12 +47,9 @@ def test_engine_matches_reference_and_survives_eviction(tiny):
         assert results[4].evicted == [0] and results[-1].retained == [6, 7, 8, 9]
         assert max(r.cache_tokens for r in results) <= eng.capacity
         eng.cache.check_invariants()
-        # Independent replay of the first chunk.
-        ref = ReferenceModel(eng.weights, eng.capacity)
         fresh = Engine(tiny, backend="numpy", kv_capacity_tokens=eng.capacity, weights=eng.weights)
         assert np.array_equal(fresh.run_chunk(fs[0]).tokens, results[0].tokens)
         fresh.close()
-        del ref
     finally:
         eng.close()
 

@@ -86,13 +86,13 @@ def hf_action_logits(model, theta, k_raw, v, prefix_slots, vision_embeds, start_
     cache = transformers.DynamicCache()
     for layer in range(k_raw.shape[0]):
         k = rotate(k_raw[layer][:, prefix_slots, :].astype(np.float64), positions, theta).astype(np.float32)
-        cache.update(torch.from_numpy(k)[None], torch.from_numpy(np.ascontiguousarray(v[layer][:, prefix_slots, :]))[None],
-                     layer)
+        values = np.ascontiguousarray(v[layer][:, prefix_slots, :])
+        cache.update(torch.from_numpy(k)[None], torch.from_numpy(values)[None], layer)
     kw = {_cache_kwarg(model): cache, "use_cache": True}
     logits = []
     with torch.no_grad():
-        model(inputs_embeds=torch.from_numpy(vision_embeds)[None], position_ids=torch.arange(n, n + VISION_TOKENS)[None],
-              **kw)
+        frame_positions = torch.arange(n, n + VISION_TOKENS)[None]
+        model(inputs_embeds=torch.from_numpy(vision_embeds)[None], position_ids=frame_positions, **kw)
         tok = int(start_token)
         for step in range(ACTION_TOKENS):
             pos = n + VISION_TOKENS + step

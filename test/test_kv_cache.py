@@ -33,7 +33,7 @@ def check_plan(cache, plan, before, frame_id):
     assert len(order) == plan.n_prefix + FRAME + ACTION <= cache.capacity
     assert order.max() < cache.capacity and len(order) - 1 < cache.capacity  # slots and positions
     assert np.array_equal(order[: cache.prompt_tokens], np.arange(cache.prompt_tokens))
-    assert np.array_equal(plan.frame_slots, order[plan.n_prefix : plan.n_prefix + FRAME])
+    assert np.array_equal(plan.frame_slots, order[plan.n_prefix:plan.n_prefix + FRAME])
     assert np.array_equal(plan.action_slots, order[-ACTION:])
     assert plan.frame_id == frame_id
     assert set(plan.evicted) <= set(before) and len(set(plan.evicted)) == len(plan.evicted)
@@ -43,7 +43,7 @@ def check_plan(cache, plan, before, frame_id):
     # Older frames keep their slots: only the new frame's block is written this chunk.
     for position, f in enumerate(survivors):
         start = cache.prompt_tokens + FRAME * position
-        assert np.array_equal(order[start : start + FRAME], cache.frame_slots_of(f))
+        assert np.array_equal(order[start:start + FRAME], cache.frame_slots_of(f))
 
 
 cache_configs = st.fixed_dictionaries(
@@ -84,7 +84,7 @@ def test_invariants_hold_after_every_step(policy_name, config, data):
             if discarded:
                 assert plan.evicted == (before[:1] if full else [])
             else:
-                assert cache.retained() == seen[-cache.frame_capacity :]
+                assert cache.retained() == seen[-cache.frame_capacity:]
         elif policy_name == "sliding_window":
             newest = min(config["window"], cache.frame_capacity)
             if discarded:

@@ -62,7 +62,6 @@ def test_reference_matches_hf_prefill_and_decode(tiny_dir):
     # No eviction, so positions are 0..n-1 as in HF, but in shuffled slots: position i lives in slot order[i].
     order = np.random.default_rng(5).permutation(capacity)[:n_total].astype(np.int32)
     assert (order != np.arange(n_total)).mean() > 0.9
-    plan = SimpleNamespace(order=order, n_prefix=P, frame_slots=order[P:P + 32], action_slots=order[-8:])
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
     cache = transformers.DynamicCache()

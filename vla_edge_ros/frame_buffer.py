@@ -47,7 +47,6 @@ class Frame:
     recv_time: float  # time.monotonic() at receive
 
 
-
 def _allocate_slot(shape: tuple, dtype: np.dtype, cupy) -> tuple[np.ndarray, object]:
     """A zeroed array for one slot; with ``cupy`` it is backed by pinned memory (kept alive via the 2nd item)."""
     if cupy is None:
