@@ -177,3 +177,17 @@ def test_bad_timings_are_rejected(bad):
     with pytest.raises(ValueError, match="total_ms"):
         ac.update(timings(1.0, 1.0, 1.0, bad))
     assert ac.samples == 0
+
+
+def test_budget_arithmetic_holds_at_any_uptime():
+    """remaining_ms is a difference of clock readings: the same after 28 hours of uptime as after 10 s, to
+    within float rounding (an absolute tolerance: a relative one on the clock values would grow with uptime)."""
+    for base in (10.0, 100_000.0, 10_000_000.0):
+        clock = FakeClock(base)
+        ac = controller(clock, period_ms=33.0, safety_margin_ms=2.0)
+        ac.update(timings(vision=2.0, prefill=8.0, decode=12.0, total=23.0))
+        clock.now = base + 0.0075  # remaining 33 - 7.5 - 2 = 23.5 ms >= estimate 23 ms
+        d = ac.decide(base)
+        assert d.remaining_ms == pytest.approx(23.5, abs=1e-6) and d.admit, base
+        clock.now = base + 0.0085  # half a millisecond later it no longer fits
+        assert ac.decide(base).reason == "refused", base

@@ -64,7 +64,11 @@ def test_submit_runs_on_worker_and_reports_busy(tiny):
         with pytest.raises(EngineError, match="busy"):
             eng.submit(frames(1)[0])
         r = fut.result(timeout=10)
-        time.sleep(0.01)  # the done-callback clears busy right after the result is set
+        # The done-callback clears busy right after the result is set, on the worker thread: wait for it
+        # (bounded) rather than for a fixed time a loaded machine may not give.
+        give_up = time.monotonic() + 5.0
+        while eng.busy and time.monotonic() < give_up:
+            time.sleep(0.001)
         assert not eng.busy and gate == [r.frame_id]
     finally:
         eng.close()
