@@ -11,7 +11,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 PY=${PYTHON:-python3}
-MODEL=${MODEL:-/tmp/vla_q15}   # the same path bench/gpu_bench.sh generates into
+MODEL=${MODEL:-/tmp/vla_models/bf16}   # the same path bench/gpu_bench.sh generates into
 SECONDS_PER_POLICY=${SECONDS_PER_POLICY:-15}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/policy_gpu.txt"

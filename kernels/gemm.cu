@@ -1,4 +1,5 @@
-// Prefill projections for 32 tokens on the tensor cores: Y[32, N] (=|+=) X[32, K] . W[N, K]^T,
+// Prefill projections on the tensor cores: Y[T, N] (=|+=) X[T, K] . W[N, K]^T for T = 32 rows (gemm_bf16_t32)
+// or 48 rows (gemm_bf16_t48: 32 vision tokens + 8 parallel action queries, padded with zero rows),
 // X bf16 (normalised activations), W bf16 (HF [out, in]), fp32 accumulation with mma.sync m16n8k16.
 // Memory-bound on W (read once): grid (N/64, ksplit), 4 warps, each warp owns 16 W rows and streams
 // them with 16-byte loads; split-K partial sums are added with atomics (mode 1), which also fuses
@@ -13,12 +14,14 @@ __device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int 
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
+template <int MT>
 struct Chunk {
-    uint4 b[2][2];     // [n-tile][half]
-    uint4 a[2][2][2];  // [m-tile][row r / r+8][half]
+    uint4 b[2][2];      // [n-tile][half]
+    uint4 a[MT][2][2];  // [m-tile][row r / r+8][half]
 };
 
-__device__ __forceinline__ void load_chunk(Chunk& c, const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
+template <int MT>
+__device__ __forceinline__ void load_chunk(Chunk<MT>& c, const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
                                            int K, int n0, int k0, int lane) {
     const int r = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -28,7 +31,7 @@ __device__ __forceinline__ void load_chunk(Chunk& c, const bf16_t* __restrict__ 
         c.b[j][1] = ldg_stream(p + 1);
     }
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const uint4* p = (const uint4*)(X + (size_t)(mt * 16 + r + h * 8) * K + k0 + q * 16);
@@ -37,11 +40,12 @@ __device__ __forceinline__ void load_chunk(Chunk& c, const bf16_t* __restrict__ 
         }
 }
 
-__device__ __forceinline__ void mma_chunk(const Chunk& c, float (*acc)[2][4]) {
+template <int MT>
+__device__ __forceinline__ void mma_chunk(const Chunk<MT>& c, float (*acc)[2][4]) {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
             const unsigned a0 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s);
             const unsigned a1 = word_of(c.a[mt][1][0], c.a[mt][1][1], 2 * s);
             const unsigned a2 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s + 1);
@@ -56,53 +60,46 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (*acc)[2][4]) {
     }
 }
 
-// mode 0: Y = X W^T (ksplit must be 1); mode 1: Y += X W^T (atomics). T = 32 rows; K % 64 == 0; N % 64 == 0.
-extern "C" __global__ void __launch_bounds__(128)
-gemm_bf16_t32(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y, int N, int K,
-              int mode) {
+// mode 0: Y = X W^T (ksplit must be 1); mode 1: Y += X W^T (atomics). T = 16*MT rows; K % 64 == 0; N % 64 == 0.
+template <int MT>
+__device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
+                                          float* __restrict__ Y, int N, int K, int mode) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n0 = blockIdx.x * 64 + warp * 16;
     const int nch = K >> 6;
     const int per = (nch + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
     const int c1 = min(nch, c0 + per);
-    // L2 prefetch of this warp's 16 W rows over its k range (one line = one 64-wide chunk of a row). With PDL it is
-    // issued before the dependency wait, unless VLA_GEMM_LATE_PREFETCH (variant v5p: early prefetch of a whole
-    // layer's weights while the previous GEMM still streams may thrash the L2).
-#ifdef VLA_GEMM_LATE_PREFETCH
-    PDL_ENTRY();
-#endif
+    // L2 prefetch of this warp's 16 W rows over its k range (one line = one 64-wide chunk of a row).
     for (int e = lane; e < 16 * (c1 - c0); e += 32) {
         const int rr = e / (c1 - c0), cc = c0 + e % (c1 - c0);
         asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + rr) * K + cc * 64));
     }
-#ifndef VLA_GEMM_LATE_PREFETCH
     PDL_ENTRY();
-#endif
-    float acc[2][2][4];
+    float acc[MT][2][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
     int c = c0;
     for (; c + 1 < c1; c += 2) {
-        Chunk ch[2];
+        Chunk<MT> ch[2];
 #pragma unroll
         for (int u = 0; u < 2; ++u) load_chunk(ch[u], X, W, K, n0, (c + u) * 64, lane);
 #pragma unroll
         for (int u = 0; u < 2; ++u) mma_chunk(ch[u], acc);
     }
     for (; c < c1; ++c) {
-        Chunk ch;
+        Chunk<MT> ch;
         load_chunk(ch, X, W, K, n0, c * 64, lane);
         mma_chunk(ch, acc);
     }
     if (c0 >= c1) return;
     const int r = lane >> 2, q = lane & 3;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -113,4 +110,16 @@ gemm_bf16_t32(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float*
                 if (mode == 0) *dst = acc[mt][j][e];
                 else atomicAdd(dst, acc[mt][j][e]);
             }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+gemm_bf16_t32(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y, int N, int K,
+              int mode) {
+    gemm_body<2>(X, W, Y, N, K, mode);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+gemm_bf16_t48(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y, int N, int K,
+              int mode) {
+    gemm_body<3>(X, W, Y, N, K, mode);
 }

@@ -1,5 +1,6 @@
 // Prefill KV write: the T new tokens' k and v (columns NQ.. of the fused q/k/v output, fp32) are stored
 // as bf16, un-rotated, into their slots order[n_prefix + q_off + t]. Cache layout [NKV, cap, D].
+// Twin: the slot write of ReferenceModel.forward (k, v rounded to bf16 into order[n_prefix + t]).
 #include "common.cuh"
 
 extern "C" __global__ void kv_write(const float* __restrict__ qkv, int T, int NQ, int NKVD, int D,

@@ -1,4 +1,5 @@
 // Phase timestamps: one thread writes %globaltimer (ns) into ts[i]. Placed between phases in the graph.
+// Twin: none needed (a %globaltimer stamp); its GPU test checks the stamps increase.
 #include "common.cuh"
 
 extern "C" __global__ void stamp(unsigned long long* ts, int i) {

@@ -13,7 +13,10 @@ from vla_edge_ros.model.safetensors_io import bf16_to_f32, f32_to_bf16
 
 pytestmark = pytest.mark.gpu
 
-cp = pytest.importorskip("cupy")
+try:  # collected without CuPy too: conftest skips each gpu case with its reason, so CI counts them
+    import cupy as cp
+except ImportError:
+    cp = None
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +24,6 @@ def k():
     from vla_edge_ros.cuda.kernels import Kernels
 
     return Kernels()
-
-
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "pdl-build"])
-def kk(request):
-    """Both builds of the kernels: without and with -DVLA_PDL (launched plainly the PDL hooks are no-ops)."""
-    from vla_edge_ros.cuda.kernels import Kernels
-
-    return Kernels(pdl=request.param)
 
 
 def rel(out, ref):
@@ -66,65 +61,12 @@ def test_gemm_bf16_t32(k, N, K, mode):
     assert rel(Y.get(), ref) < 1e-5
 
 
-def test_dec_proj_residual(k):
-    rng = np.random.default_rng()
-    for K, N in [(1536, 1536), (8960, 1536), (512, 256)]:
-        a = rng.standard_normal(K).astype(np.float32)
-        W = bf(rng, (N, K), 0.05)
-        y0 = rng.standard_normal(N).astype(np.float32)
-        y = cp.asarray(y0)
-        k.dec_proj_residual((math.ceil(N / 8),), (256,), (cp.asarray(a), cp.asarray(W), i32(K), i32(N), y),
-                            shared_mem=4 * K)
-        assert rel(y.get(), y0 + ops.linear(a, bf16_to_f32(W))) < 1e-5
-
-
-def test_dec_gateup(k):
-    rng = np.random.default_rng()
-    H, I = 1536, 8960
-    x = rng.standard_normal(H).astype(np.float32)
-    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
-    W = bf(rng, (2 * I, H), 0.05)
-    act = poison(I)
-    k.dec_gateup((math.ceil(I / 16),), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), cp.asarray(W), i32(H),
-                                                i32(I), act), shared_mem=4 * H)
-    h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
-    Wf = bf16_to_f32(W)
-    ref = ops.silu_mul(h @ Wf[:I].T, h @ Wf[I:].T)
-    assert rel(act.get(), ref) < 1e-5
-
-
-def test_dec_qkv_writes_q_and_kv_slot(k):
-    rng = np.random.default_rng()
-    H, NQ, NKV, D, cap = 512, 512, 2, 128, 64
-    NKVD = NKV * D
-    N = NQ + 2 * NKVD
-    x = rng.standard_normal(H).astype(np.float32)
-    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
-    W, b = bf(rng, (N, H), 0.05), rng.standard_normal(N).astype(np.float32)
-    order = cp.asarray(rng.permutation(cap).astype(np.int32))
-    params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
-    q = poison(NQ)
-    kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
-    k.dec_qkv((math.ceil(N / 16),), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), cp.asarray(W), cp.asarray(b),
-                                            i32(H), i32(NQ), i32(NKVD), q, kc, vc, order, params, i32(3), i32(cap),
-                                            i32(D)), shared_mem=4 * H)
-    ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), bf16_to_f32(W), b)
-    assert rel(q.get(), ref[:NQ]) < 1e-5
-    slot = int(order[8].get())
-    kk = bf16_to_f32(kc.get()[:, slot, :].reshape(-1))
-    vv = bf16_to_f32(vc.get()[:, slot, :].reshape(-1))
-    assert rel(kk, ref[NQ:NQ + NKVD]) < 5e-3 and rel(vv, ref[NQ + NKVD:]) < 5e-3
-    others = np.delete(kc.get(), slot, axis=1)
-    assert (others == 0).all()
-
-
-@pytest.mark.parametrize("ver,T,n_prefix,nsplit,group", [
-    ("", 1, 4000, 64, 6), ("", 32, 3000, 22, 6), ("", 32, 17, 8, 2), ("", 1, 0, 64, 2),
-    ("_v5", 1, 4000, 128, 6), ("_v5", 1, 4036, 128, 6), ("_v5", 1, 4000, 16, 6), ("_v5", 1, 0, 128, 2),
-    ("_v5", 1, 100, 128, 6), ("_v5", 32, 3000, 22, 6), ("_v5", 32, 17, 8, 2)])
-def test_attention_partial_combine(kk, ver, T, n_prefix, nsplit, group):
-    """attn_partial/attn_combine (v3) and attn_partial_v5/attn_combine_v5 (keys staged before the PDL wait)."""
-    k = kk
+@pytest.mark.parametrize("T,n_prefix,nsplit,group,bidir_from", [
+    (1, 4000, 128, 6, 1), (1, 4036, 128, 6, 1), (1, 4000, 16, 6, 1), (1, 0, 128, 2, 1), (1, 100, 128, 6, 1),
+    (32, 3000, 22, 6, 32), (32, 17, 8, 2, 32), (40, 3000, 22, 6, 32), (40, 17, 8, 6, 32), (40, 0, 4, 2, 32)])
+def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from):
+    """attn_partial/attn_combine: causal by index, and rows t >= bidir_from (parallel action queries) see every
+    key of the call."""
     rng = np.random.default_rng()
     NKV, D, cap, theta = 2, 128, 4096 + 64, 1e6
     NH = NKV * group
@@ -141,12 +83,12 @@ def test_attention_partial_combine(kk, ver, T, n_prefix, nsplit, group):
     order_d = cp.asarray(np.concatenate([order, np.zeros(cap - n, np.int32)]))
     qd = cp.asarray(q)
     args = (qd, i32(NH * D), cp.asarray(kc), cp.asarray(vc), order_d, params, i32(0), i32(T), i32(group), i32(cap),
-            cp.asarray(cos), cp.asarray(sin), f32(math.log2(math.e) / math.sqrt(D)), part_o, part_ml)
+            cp.asarray(cos), cp.asarray(sin), f32(math.log2(math.e) / math.sqrt(D)), i32(bidir_from), part_o, part_ml)
     part_o.fill(np.nan)
     part_ml.fill(np.nan)
-    getattr(k, "attn_partial" + ver)((NKV, nrg, nsplit), (128,), args)
+    k.attn_partial((NKV, nrg, nsplit), (128,), args)
     out, outb = poison((T, NH * D)), poison((T, NH * D), np.uint16)
-    getattr(k, "attn_combine" + ver)((NKV * nrg * 64,), (128,), (part_o, part_ml, i32(nrg), i32(nsplit), i32(T),
+    k.attn_combine((NKV * nrg * 64,), (128,), (part_o, part_ml, i32(nrg), i32(nsplit), i32(T),
                                                                   i32(group), i32(NH * D), out, outb))
     # twin: keys at index j have position j; query t at n_prefix + t; causal by index
     kf = bf16_to_f32(kc)[:, order, :]
@@ -155,7 +97,9 @@ def test_attention_partial_combine(kk, ver, T, n_prefix, nsplit, group):
     krot = ops.apply_rope(kf.transpose(1, 0, 2), cos[pos], sin[pos]).transpose(1, 0, 2)
     qp = np.arange(n_prefix, n)
     qrot = ops.apply_rope(q.reshape(T, NH, D), cos[qp], sin[qp])
-    allowed = pos[None, :] <= qp[:, None]
+    limit = qp.copy()
+    limit[bidir_from:] = n - 1
+    allowed = pos[None, :] <= limit[:, None]
     ref = ops.attention(qrot, krot, vf, allowed).reshape(T, NH * D)
     assert rel(out.get(), ref) < 1e-2
     assert rel(bf16_to_f32(outb.get()), ref) < 1.5e-2
@@ -243,10 +187,10 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
     assert t[1] > t[0] > 0
 
 
-# ---------------------------------------------------------------------------------- v4 decode GEMVs (gemv_v4.cu)
-@pytest.mark.parametrize("H,NQ,NKV,rb,blocks", [(1536, 1536, 2, 1, 264), (1536, 1536, 2, 2, 5), (512, 512, 2, 1, 3),
-                                                 (512, 256, 1, 2, 264)])
-def test_g4_qkv_writes_q_and_kv_slot(kk, H, NQ, NKV, rb, blocks):
+# ---------------------------------------------------------------------------------- decode GEMVs (gemv.cu)
+@pytest.mark.parametrize("H,NQ,NKV,rb,blocks", [(1536, 1536, 2, 1, 264), (1536, 1536, 2, 1, 5), (512, 512, 2, 1, 3),
+                                                 (512, 256, 1, 1, 264), (2048, 2048, 2, 1, 264)])
+def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
     rng = np.random.default_rng()
     D, cap = 128, 64
     NKVD = NKV * D
@@ -258,7 +202,7 @@ def test_g4_qkv_writes_q_and_kv_slot(kk, H, NQ, NKV, rb, blocks):
     params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
     q = poison(NQ)
     kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
-    fn = getattr(kk, f"g4_qkv_{H // 256}x{rb}")
+    fn = getattr(k, f"g4_qkv_{H // 256}x{rb}")
     fn((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), cp.asarray(W), cp.asarray(b), i32(H), i32(NQ),
                            i32(NKVD), q, kc, vc, order, params, i32(3), i32(cap), i32(D)))
     ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), bf16_to_f32(W), b)
@@ -270,46 +214,42 @@ def test_g4_qkv_writes_q_and_kv_slot(kk, H, NQ, NKV, rb, blocks):
     assert (np.delete(kc.get(), slot, axis=1) == 0).all() and (np.delete(vc.get(), slot, axis=1) == 0).all()
 
 
-@pytest.mark.parametrize("H,I,rb,blocks", [(1536, 8960, 1, 132), (1536, 8960, 2, 132), (1536, 8960, 1, 7),
-                                           (512, 1024, 2, 3), (512, 1024, 1, 264)])
-def test_g4_gateup(kk, H, I, rb, blocks):
+@pytest.mark.parametrize("H,I,rb,blocks", [(1536, 8960, 1, 132), (1536, 8960, 1, 7), (512, 1024, 1, 3),
+                                           (512, 1024, 1, 264)])
+def test_g4_gateup(k, H, I, rb, blocks):
     rng = np.random.default_rng()
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     W = bf(rng, (2 * I, H), 0.05)
     act = poison(I)
-    getattr(kk, f"g4_gateup_{H // 256}x{rb}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6),
+    getattr(k, f"g4_gateup_{H // 256}x{rb}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6),
                                                                    cp.asarray(W), i32(H), i32(I), act))
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
     Wf = bf16_to_f32(W)
     assert rel(act.get(), ops.silu_mul(h @ Wf[:I].T, h @ Wf[I:].T)) < 1e-5
 
 
-@pytest.mark.parametrize("K,N,kv,rb,blocks", [(1536, 1536, 3, 1, 264), (1536, 1536, 3, 2, 264), (1536, 1536, 6, 1, 4),
-                                              (8960, 1536, 7, 1, 264), (8960, 1536, 7, 2, 264),
-                                              (8960, 1536, 5, 2, 9), (8960, 1536, 1, 2, 264), (512, 256, 2, 1, 3),
-                                              (1024, 512, 1, 2, 264), (1024, 512, 4, 1, 264)])
-def test_g4_proj_residual(kk, K, N, kv, rb, blocks):
+@pytest.mark.parametrize("K,N,kv,rb,blocks", [(1536, 1536, 3, 1, 264), (1536, 1536, 6, 1, 4), (8960, 1536, 7, 1, 264),
+                                              (8960, 1536, 5, 1, 9), (8960, 1536, 1, 1, 264), (512, 256, 2, 1, 3),
+                                              (1024, 512, 4, 1, 264)])
+def test_g4_proj_residual(k, K, N, kv, rb, blocks):
     rng = np.random.default_rng()
     a = rng.standard_normal(K).astype(np.float32)
     W = bf(rng, (N, K), 0.05)
     y0 = rng.standard_normal(N).astype(np.float32)
     y = cp.asarray(y0)
     S = K // 256 // kv
-    getattr(kk, f"g4_proj_{kv}x{rb}")((blocks,), (256,), (cp.asarray(a), cp.asarray(W), i32(K), i32(N), y, i32(S)))
+    getattr(k, f"g4_proj_{kv}x{rb}")((blocks,), (256,), (cp.asarray(a), cp.asarray(W), i32(K), i32(N), y, i32(S)))
     assert rel(y.get() - y0, ops.linear(a, bf16_to_f32(W))) < 1e-5
 
 
-def test_pdl_chain_launch_matches_plain():
-    """The backend's PDL launch path (cuLaunchKernelEx, programmatic serialization) inside a captured graph gives the
-    same result as plain launches on a dependent chain (g4 gateup -> down residual, 28 times)."""
-    from vla_edge_ros.cuda.backend import CudaBackend
-    from vla_edge_ros.cuda.kernels import Kernels
+def test_pdl_chain_launch_matches_plain(k):
+    """The Launcher's PDL path (cuLaunchKernelEx, programmatic serialization) inside a captured graph gives the
+    same result as plain launches on a dependent chain (gate/up -> down residual, 6 layers)."""
+    from vla_edge_ros.cuda.launch import Launcher
 
     if int(cp.cuda.Device().compute_capability) < 90:
         pytest.skip("PDL needs sm_90")
-    from cuda.bindings import driver as drv
-
     rng = np.random.default_rng()
     H, I, L = 1536, 8960, 6
     Ws = [(cp.asarray(bf(rng, (2 * I, H), 0.02)), cp.asarray(bf(rng, (H, I), 0.02))) for _ in range(L)]
@@ -317,26 +257,18 @@ def test_pdl_chain_launch_matches_plain():
     x0 = rng.standard_normal(H).astype(np.float32)
     outs = []
     for pdl in (False, True):
-        be = CudaBackend.__new__(CudaBackend)
-        be.k, be.pdl, be._pdl_prev, be.sms = Kernels(pdl=True), pdl, False, 132
-        be._pdl_suspend = False
-        drv.cuInit(0)
-        be._drv = drv
-        attr = drv.CUlaunchAttribute()
-        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        be._pdl_attr = attr
-        x, act = cp.asarray(x0), poison(I)
         s = cp.cuda.Stream(non_blocking=True)
+        go = Launcher(k, s, pdl=pdl)
+        assert go.pdl == pdl
+        x, act = cp.asarray(x0), poison(I)
         s.begin_capture()
         for wgu, wd in Ws:
-            be._launch("g4_gateup_6x1", (132,), (256,), (x, ln, f32(1e-6), wgu, i32(H), i32(I), act), stream=s)
-            be._launch("g4_proj_7x1", (264,), (256,), (act, wd, i32(I), i32(H), x, i32(5)), stream=s)
+            go("g4_gateup_6x1", (132,), (256,), (x, ln, f32(1e-6), wgu, i32(H), i32(I), act))
+            go("g4_proj_7x1", (264,), (256,), (act, wd, i32(I), i32(H), x, i32(5)))
         g = s.end_capture()
         g.launch(s)
         s.synchronize()
         outs.append(x.get())
-    # reference on the CPU
     xr = x0.astype(np.float64)
     for wgu, wd in Ws:
         h = ops.rms_norm(xr.astype(np.float32), bf16_to_f32(ln.get()), 1e-6)
@@ -344,3 +276,125 @@ def test_pdl_chain_launch_matches_plain():
         xr = xr + ops.linear(ops.silu_mul(h @ gu[:I].T, h @ gu[I:].T), bf16_to_f32(wd.get()))
     assert rel(outs[0], xr) < 1e-4
     assert rel(outs[1], xr) < 1e-4
+
+
+# ---------------------------------------------------------------------------------- 4-bit weights (gemv_w4.cu, gemm_w4.cu)
+def w4_random(rng, N, K, scale_dtype):
+    """Random 4-bit weight: (Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf, dequantized float32 [N, K]), packed here
+    independently of the backend (nibble k of word j = element 8j+k)."""
+    q = rng.integers(0, 16, (N, K)).astype(np.uint32)
+    z = rng.integers(0, 16, (N, K // 128)).astype(np.uint32)
+    s = (rng.uniform(0.5, 1.5, (N, K // 128)) * 0.01).astype(np.float32)
+    if scale_dtype == "bfloat16":
+        bits = f32_to_bf16(s).astype(np.uint32)
+        s = bf16_to_f32(bits.astype(np.uint16))
+        sbf = 1
+    else:
+        s = s.astype(np.float16).astype(np.float32)
+        bits = s.astype(np.float16).view(np.uint16).astype(np.uint32)
+        sbf = 0
+    Q = np.zeros((N, K // 8), np.uint32)
+    for kk in range(8):
+        Q |= q[:, kk::8] << (4 * kk)
+    SZ = bits | (z << 16)
+    w = (q.astype(np.float32) - np.repeat(z, 128, axis=1).astype(np.float32)) * np.repeat(s, 128, axis=1)
+    return cp.asarray(Q), cp.asarray(SZ), i32(sbf), w
+
+
+def test_w4_device_arrays_match_the_test_packing():
+    """The backend's QuantTensor -> (Q, SZ) conversion puts scale bits and zeros where the kernels read them."""
+    from vla_edge_ros.cuda.backend import w4_device_arrays
+    from vla_edge_ros.model.quant import QuantTensor
+
+    rng = np.random.default_rng()
+    for dt in ("float16", "bfloat16"):
+        Q, SZ, sbf, w = w4_random(rng, 64, 256, dt)
+        sz = SZ.get()
+        zeros = (sz >> 16).astype(np.uint8)
+        bits = (sz & 0xFFFF).astype(np.uint16)
+        scales = bf16_to_f32(bits) if dt == "bfloat16" else bits.view(np.float16).astype(np.float32)
+        qt = QuantTensor(qweight=Q.get(), scales=scales, zeros=zeros, scale_dtype=dt, fmt="awq")
+        q2, sz2, sbf2 = w4_device_arrays(qt)
+        assert (q2 == Q.get()).all() and (sz2 == sz).all() and sbf2 == int(sbf)
+        assert np.array_equal(qt.dequantize(), w)
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("rows,N,K,mode", [(32, 128, 512, 0), (32, 1024, 1536, 1), (32, 64, 8960, 1),
+                                           (48, 128, 1536, 0), (48, 512, 8960, 1)])
+def test_gemm_w4(k, scale_dtype, rows, N, K, mode):
+    rng = np.random.default_rng()
+    Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
+    X = bf(rng, (rows, K))
+    y0 = rng.standard_normal((rows, N)).astype(np.float32)
+    Y = cp.asarray(y0) if mode else poison((rows, N))
+    ks = 1 if mode == 0 else 5
+    getattr(k, f"gemm_w4_t{rows}")((N // 64, ks), (128,), (cp.asarray(X), Q, SZ, sbf, Y, i32(N), i32(K), i32(mode)))
+    ref = bf16_to_f32(X) @ w.T + (y0 if mode else 0)
+    assert rel(Y.get(), ref) < 3e-5
+
+
+@pytest.mark.parametrize("N,K", [(128, 512), (512, 8960)])
+def test_gemm_bf16_t48(k, N, K):
+    rng = np.random.default_rng()
+    X, W = bf(rng, (48, K)), bf(rng, (N, K), 0.05)
+    Y = poison((48, N))
+    k.gemm_bf16_t48((N // 64, 1), (128,), (cp.asarray(X), cp.asarray(W), Y, i32(N), i32(K), i32(0)))
+    # fp32 sums of 8960 products in another order than NumPy's: measured 1.0e-5 at K = 8960
+    assert rel(Y.get(), bf16_to_f32(X) @ bf16_to_f32(W).T) < 3e-5
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("H,NQ,NKV,blocks", [(1536, 1536, 2, 264), (512, 512, 2, 3), (2048, 2048, 2, 264)])
+def test_w4_qkv_writes_q_and_kv_slot(k, scale_dtype, H, NQ, NKV, blocks):
+    rng = np.random.default_rng()
+    D, cap = 128, 64
+    NKVD = NKV * D
+    N = NQ + 2 * NKVD
+    x = rng.standard_normal(H).astype(np.float32)
+    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    Q, SZ, sbf, w = w4_random(rng, N, H, scale_dtype)
+    b = rng.standard_normal(N).astype(np.float32)
+    order = cp.asarray(rng.permutation(cap).astype(np.int32))
+    params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
+    q = poison(NQ)
+    kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
+    getattr(k, f"w4_qkv_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Q, SZ, sbf,
+                                                          cp.asarray(b), i32(H), i32(NQ), i32(NKVD), q, kc, vc, order,
+                                                          params, i32(3), i32(cap), i32(D)))
+    ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), w, b)
+    assert rel(q.get(), ref[:NQ]) < 1e-5
+    slot = int(order[8].get())
+    kv_k = bf16_to_f32(kc.get()[:, slot, :].reshape(-1))
+    kv_v = bf16_to_f32(vc.get()[:, slot, :].reshape(-1))
+    assert rel(kv_k, ref[NQ:NQ + NKVD]) < 5e-3 and rel(kv_v, ref[NQ + NKVD:]) < 5e-3
+    assert (np.delete(kc.get(), slot, axis=1) == 0).all() and (np.delete(vc.get(), slot, axis=1) == 0).all()
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("H,I,blocks", [(1536, 8960, 132), (1536, 8960, 7), (512, 1024, 3)])
+def test_w4_gateup(k, scale_dtype, H, I, blocks):
+    rng = np.random.default_rng()
+    x = rng.standard_normal(H).astype(np.float32)
+    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    Qg, SZg, sbf, wg = w4_random(rng, I, H, scale_dtype)
+    Qu, SZu, _, wu = w4_random(rng, I, H, scale_dtype)
+    act = poison(I)
+    getattr(k, f"w4_gateup_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Qg, SZg, Qu, SZu,
+                                                             sbf, i32(H), i32(I), act))
+    h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
+    assert rel(act.get(), ops.silu_mul(h @ wg.T, h @ wu.T)) < 1e-5
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("K,N,kv,blocks", [(1536, 1536, 3, 264), (8960, 1536, 5, 264), (8960, 1536, 7, 9),
+                                           (512, 256, 2, 3), (1024, 512, 1, 264)])
+def test_w4_proj_residual(k, scale_dtype, K, N, kv, blocks):
+    rng = np.random.default_rng()
+    a = rng.standard_normal(K).astype(np.float32)
+    Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
+    y0 = rng.standard_normal(N).astype(np.float32)
+    y = cp.asarray(y0)
+    S = K // 256 // kv
+    getattr(k, f"w4_proj_{kv}")((blocks,), (256,), (cp.asarray(a), Q, SZ, sbf, i32(K), i32(N), y, i32(S)))
+    assert rel(y.get() - y0, ops.linear(a, w)) < 1e-5

@@ -24,20 +24,9 @@ import time
 from dataclasses import dataclass
 
 from .constants import ACTION_TOKENS, VISION_TOKENS
+from .contract import PhaseTimings  # noqa: F401 - re-exported: part of this module's API
 
 REASONS = ("admit", "refused", "busy", "cold")
-
-
-@dataclass
-class PhaseTimings:
-    """Measured cost of one chunk, in milliseconds."""
-
-    vision_ms: float
-    prefill_ms: float
-    decode_ms: float
-    total_ms: float
-    prefill_tokens: int = VISION_TOKENS
-    decode_tokens: int = ACTION_TOKENS
 
 
 @dataclass

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .actions import ActionDecoder
-from .admission import PhaseTimings
-from .constants import ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W
-from .kv_cache import ChunkPlan, KvCache
+from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, VISION_TOKENS
+from .contract import BackendResult, ChunkPlan, PhaseTimings  # noqa: F401 - BackendResult re-exported
+from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
 from .model.weights import Weights, load_weights
@@ -29,14 +29,6 @@ BACKENDS = ("auto", "numpy", "cuda")
 
 class EngineError(RuntimeError):
     pass
-
-
-@dataclass
-class BackendResult:
-    tokens: np.ndarray  # int32 [8], ids in the last-256 range
-    pooled: np.ndarray  # float32 [H]: mean of the frame's 32 vision embeddings
-    timings: PhaseTimings
-    logits: np.ndarray | None = None  # [8, 256] action logits when a test asks for them
 
 
 @dataclass
@@ -122,6 +114,23 @@ class Engine:
         return self.backend.name
 
     @property
+    def weight_format(self) -> str:
+        """"w4" (4-bit weights, W4A16) or "bf16": what the model dir holds and the backend runs."""
+        return "w4" if getattr(self.cfg, "quant", None) is not None else "bf16"
+
+    @property
+    def action_decoding(self) -> str:
+        """"autoregressive" (8 passes) or "parallel" (one pass): a property of the model, read from its dir."""
+        return getattr(self.cfg, "action_decoding", "autoregressive")
+
+    @property
+    def phase_tokens(self) -> tuple[int, int]:
+        """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts."""
+        if self.action_decoding == "parallel":
+            return VISION_TOKENS + ACTION_TOKENS, 0
+        return VISION_TOKENS, ACTION_TOKENS
+
+    @property
     def busy(self) -> bool:
         return self._busy.is_set()
 
@@ -175,6 +184,8 @@ class Engine:
     def stats(self) -> dict:
         s = dict(self.cache.stats())
         s["backend"] = self.backend.name
+        s["weights"] = self.weight_format
+        s["action_decoding"] = self.action_decoding
         s["prompt_tokens"] = int(len(self.prompt_ids))
         peak = getattr(self.backend, "peak_vram_bytes", None)
         s["peak_vram_bytes"] = peak

@@ -14,26 +14,15 @@ the capacity however long the stream runs (keys are stored un-rotated; RoPE uses
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .constants import ACTION_TOKENS, VISION_TOKENS
+from .contract import ChunkPlan  # noqa: F401 - re-exported: kv_cache makes the plans
 from .eviction import EvictionPolicy
 
 _PROMPT = -2  # owner tags in check_invariants' slot map; frame ids are >= 0
 _ACTION = -3
 _FREE = -1
-
-
-@dataclass
-class ChunkPlan:
-    order: np.ndarray  # int32 [n_prefix + 32 + 8]; position of order[i] is i
-    n_prefix: int  # prompt + retained older frames, in tokens
-    frame_slots: np.ndarray  # int32 [32] == order[n_prefix:n_prefix+32]
-    action_slots: np.ndarray  # int32 [8] == order[-8:]
-    frame_id: int
-    evicted: list[int] = field(default_factory=list)  # frame ids evicted to make room (or by the window)
 
 
 class KvCache:

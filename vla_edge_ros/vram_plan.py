@@ -1,69 +1,157 @@
-"""The CUDA engine's VRAM plan as pure arithmetic (no CuPy, no GPU): bytes of every device
-allocation, computed from the model config before anything is allocated, and the start-up check
-against ``vram_ceiling_gb`` with one message that names the plan and the ceiling.
+"""The CUDA engine's VRAM plan as pure arithmetic (no CuPy, no GPU): the shape of every device array the
+engine allocates, computed from the model config before anything is allocated, the bytes per part, and the
+start-up checks (a shape the kernels do not support; a plan over ``vram_ceiling_gb``) with one message each.
 
-It mirrors ``CudaBackend.vram_plan()`` (cuda/backend.py), which needs a device only for the SM
-count; ``CudaBackend`` can call :func:`vram_plan` with ``sms=device SM count`` instead of its own copy.
+``layout()`` is the single source: ``CudaBackend`` allocates exactly ``layout().buffers`` (plus the weights and
+the KV cache it sizes the same way), and ``vram_plan()`` is its byte count, so the plan the node checks at
+start-up and what the engine allocates cannot disagree.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, VISION_TOKENS
+from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, PATCH_DIM, VISION_TOKENS
 
 GIB = 1 << 30
 MIB = 1 << 20
-T_PRE = VISION_TOKENS  # prefill GEMM rows (fixed 32)
 N_STAMPS = 3 + ACTION_TOKENS  # vision start, vision end, prefill end, after each decode pass
 H100_SMS = 132  # the SM count used when none is given (H100/H200); it only sizes a small workspace
+DECODE_SPLITS = 128  # decode attention splits: one 32-key tile per block at a full 4096-slot cache
+MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
+GROUP = 128  # 4-bit weights: one scale (and zero) per 128 input channels
+ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
+_DTYPE_BYTES = {"float32": 4, "uint16": 2, "int32": 4, "uint8": 1, "uint32": 4}
 
 
 class VramPlanError(RuntimeError):
     """The plan does not fit the configured ceiling (start-up refuses it)."""
 
 
+class UnsupportedShapeError(ValueError):
+    """The model's shape is outside what the CUDA kernels implement (start-up refuses it, naming the limit)."""
+
+
 def _align(n: int, a: int = 256) -> int:
     return (n + a - 1) // a * a
 
 
+def is_parallel(cfg) -> bool:
+    return getattr(cfg, "action_decoding", "autoregressive") == "parallel"
+
+
+def is_quantized(cfg) -> bool:
+    return getattr(cfg, "quant", None) is not None
+
+
+def cuda_shape_problems(cfg) -> list[str]:
+    """Why the CUDA kernels cannot run this config (empty when they can). The kernels are written for the
+    Qwen2.5 family's small members: head_dim 128, hidden <= 2048, sizes in multiples of 256."""
+    H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
+    problems = []
+    if D != 128:
+        problems.append(f"head_dim {D} (the attention kernel is written for 128)")
+    if H % 256 or I % 256:
+        problems.append(f"hidden_size {H} / intermediate_size {I} must be multiples of 256")
+    if H > MAX_HIDDEN:
+        problems.append(f"hidden_size {H} > {MAX_HIDDEN} (a decode GEMV warp holds a whole row of x)")
+    if (cfg.num_attention_heads // cfg.num_key_value_heads) * VISION_TOKENS > 64 * 8:
+        problems.append("more than 16 query heads per KV head")
+    return problems
+
+
+def check_cuda_shape(cfg) -> None:
+    problems = cuda_shape_problems(cfg)
+    if problems:
+        raise UnsupportedShapeError("the CUDA engine does not support this model: " + "; ".join(problems)
+                                    + " (use backend: numpy)")
+
+
 def io_bytes(hidden: int, capacity: int) -> tuple[int, int]:
-    """Sizes of the pinned/device input block (frame, order table, params, start row) and the output
-    block (tokens, timestamps, pooled embedding), laid out as the CUDA backend does."""
+    """Sizes of the input block (frame, order table, params, start row) and the output block (tokens,
+    timestamps, pooled embedding), laid out as the CUDA backend does."""
+    return in_layout(hidden, capacity)[1], out_layout(hidden)[1]
+
+
+def in_layout(hidden: int, capacity: int) -> tuple[dict[str, int], int]:
     frame = FRAME_H * FRAME_W * FRAME_C
     o_order = _align(frame)
     o_params = _align(o_order + 4 * capacity)
     o_start = _align(o_params + 16)
-    in_bytes = _align(o_start + 2 * hidden)
-    o_pooled = _align(64 + 8 * N_STAMPS, 64)
-    out_bytes = _align(o_pooled + 4 * hidden)
-    return in_bytes, out_bytes
+    return {"frame": 0, "order": o_order, "params": o_params, "start": o_start}, _align(o_start + 2 * hidden)
 
 
-def vram_plan(cfg, capacity: int, sms: int = H100_SMS, decode_splits: int = 64) -> dict[str, int]:
-    """Bytes per part: weights (bf16), kv (bf16, every layer), activations, graph_workspace, total."""
+def out_layout(hidden: int) -> tuple[dict[str, int], int]:
+    o_ts = 64
+    o_pooled = _align(o_ts + 8 * N_STAMPS, 64)
+    return {"tokens": 0, "ts": o_ts, "pooled": o_pooled}, _align(o_pooled + 4 * hidden)
+
+
+def linear_bytes(n: int, k: int, quantized: bool) -> int:
+    """Device bytes of one [n, k] linear weight: bf16, or 4-bit nibbles + one 32-bit scale|zero word a group."""
+    return n * k // 2 + n * (k // GROUP) * 4 if quantized else 2 * n * k
+
+
+@dataclass(frozen=True)
+class Layout:
+    rows: int  # prefill GEMM rows: 32, or 48 (32 vision + 8 parallel action queries + 8 zero rows)
+    tokens: int  # prefill tokens: 32, or 40 with parallel action decoding
+    decode_passes: int  # 8 (autoregressive) or 0 (parallel)
+    decode_splits: int
+    prefill_splits: int
+    buffers: dict  # name -> (shape, dtype name): every activation / workspace array the backend allocates
+    parts: dict  # weights, kv, activations, graph_workspace, total (bytes)
+
+
+def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
     NH, NKV, L = int(cfg.num_attention_heads), int(cfg.num_key_value_heads), int(cfg.num_hidden_layers)
     cap = int(capacity)
     group = NH // NKV
     NQ, NKVD = NH * D, NKV * D
     NQKV = NQ + 2 * NKVD
-    decode_splits = max(1, min(64, int(decode_splits)))
-    nrg_pre = math.ceil(T_PRE * group / 64)
+    parallel, quant = is_parallel(cfg), is_quantized(cfg)
+    tokens = VISION_TOKENS + (ACTION_TOKENS if parallel else 0)
+    rows = 48 if parallel else 32
+    nrg_pre = math.ceil(tokens * group / 64)
     prefill_splits = max(1, min(64, round(2 * int(sms) / (NKV * nrg_pre))))
+    parts_rows = max(NKV * nrg_pre * prefill_splits, NKV * DECODE_SPLITS) * 64
+    n_in, n_out = io_bytes(H, cap)
+    activations = {
+        "x_pre": ((rows, H), "float32"), "xb": ((rows, max(H, I)), "uint16"), "qkv": ((rows, NQKV), "float32"),
+        "gu": ((rows, 2 * I), "float32"), "att": ((rows, NQ), "float32"), "att_bf": ((rows, NQ), "uint16"),
+        "xdec": ((H,), "float32"), "qdec": ((NQ,), "float32"), "attdec": ((NQ,), "float32"),
+        "act": ((I,), "float32"), "logits": ((ACTION_TOKENS, ACTION_VOCAB), "float32"), "ticket": ((1,), "int32"),
+    }
+    workspace = {
+        "part_o": ((parts_rows * D,), "float32"), "part_ml": ((parts_rows * 2,), "float32"),
+        "cos": ((cap, D // 2), "float32"), "sin": ((cap, D // 2), "float32"),
+        "in_dev": ((n_in,), "uint8"), "out_dev": ((n_out,), "uint8"),
+    }
 
-    per_layer = 2 * (NQKV * H + H * NQ + 2 * I * H + H * I + 2 * H) + 4 * NQKV
-    tied = True  # action rows of the head (and, if untied, of the embedding too) only
-    weights = L * per_layer + 2 * H + 2 * ACTION_VOCAB * H * (1 if tied else 2) + 2 * (H * 768 + H + 32 * H)
+    def nbytes(bufs):
+        return sum(math.prod(shape) * _DTYPE_BYTES[dt] for shape, dt in bufs.values())
+
+    per_layer = (linear_bytes(NQKV, H, quant) + linear_bytes(H, NQ, quant) + linear_bytes(2 * I, H, quant)
+                 + linear_bytes(H, I, quant) + 2 * 2 * H + 4 * NQKV)
+    head_rows = 2 * ACTION_VOCAB * H * (1 if cfg.tie_word_embeddings else 2)  # action rows of head (+ embedding)
+    vision = 2 * (H * PATCH_DIM + H + VISION_TOKENS * H)
+    queries = 4 * ACTION_TOKENS * H if parallel else 0
+    weights = L * per_layer + 2 * H + head_rows + vision + queries
     kv = L * 2 * NKV * cap * D * 2
-    act = (4 * T_PRE * H + 2 * T_PRE * max(H, I) + 4 * T_PRE * NQKV + 4 * T_PRE * 2 * I
-           + (4 + 2) * T_PRE * NQ + 4 * (H + NQ * 2 + I) + 4 * ACTION_TOKENS * ACTION_VOCAB)
-    parts = max(NKV * nrg_pre * prefill_splits, NKV * decode_splits) * 64
-    in_bytes, out_bytes = io_bytes(H, cap)
-    workspace = (parts * (D + 2) * 4 + 2 * cap * (D // 2) * 4 + in_bytes + out_bytes
-                 + 16 * MIB)  # + 16 MiB allowance: graph exec, module images, pool rounding
-    total = weights + kv + act + workspace
-    return {"weights": weights, "kv": kv, "activations": act, "graph_workspace": workspace, "total": total}
+    act = nbytes(activations)
+    ws = nbytes(workspace) + ALLOWANCE
+    parts = {"weights": weights, "kv": kv, "activations": act, "graph_workspace": ws,
+             "total": weights + kv + act + ws}
+    return Layout(rows=rows, tokens=tokens, decode_passes=0 if parallel else ACTION_TOKENS,
+                  decode_splits=DECODE_SPLITS, prefill_splits=prefill_splits,
+                  buffers={**activations, **workspace}, parts=parts)
+
+
+def vram_plan(cfg, capacity: int, sms: int = H100_SMS) -> dict[str, int]:
+    """Bytes per part: weights (bf16 or 4-bit), kv (bf16, every layer), activations, graph_workspace, total."""
+    return dict(layout(cfg, capacity, sms).parts)
 
 
 def format_plan(plan: dict[str, int]) -> str:
@@ -73,7 +161,7 @@ def format_plan(plan: dict[str, int]) -> str:
 def plan_message(plan: dict[str, int], ceiling_gb: float, capacity: int | None = None) -> str:
     cap = f" at kv_capacity_tokens={capacity}" if capacity is not None else ""
     return (f"VRAM plan{cap} ({format_plan(plan)}) exceeds the ceiling vram_ceiling_gb={ceiling_gb:g} "
-            f"({ceiling_gb * GIB / MIB:.0f} MiB): lower kv_capacity_tokens, use a smaller model or raise "
+            f"({ceiling_gb * GIB / MIB:.0f} MiB): lower kv_capacity_tokens, use a smaller or 4-bit model or raise "
             f"vram_ceiling_gb")
 
 

@@ -2,11 +2,14 @@
 
 The sources come from the installed share directory (`share/vla_edge_ros/kernels`, found through
 ament_index when it is importable) or, in a source checkout, from the repository's `kernels/`.
+Every file is compiled with -DVLA_PDL: the PDL_TRIGGER / PDL_WAIT hooks of common.cuh become griddepcontrol
+instructions on sm_90+ (no-ops below, and no-ops for launches without the PDL attribute).
 """
 from __future__ import annotations
 
 import glob
 import os
+import re
 
 import cupy
 
@@ -14,9 +17,6 @@ _PKG = "vla_edge_ros"
 
 
 def kernel_dir() -> str:
-    env = os.environ.get("VLA_EDGE_KERNEL_DIR")
-    if env and os.path.isdir(env):
-        return env
     try:
         from ament_index_python.packages import get_package_share_directory
 
@@ -33,26 +33,19 @@ def kernel_dir() -> str:
 
 
 class Kernels:
-    """All kernel functions by name, one RawModule per kernels/*.cu file.
+    """All kernel functions by name, one RawModule per kernels/*.cu file. Names the source regex does not see
+    (macro-generated instances such as g4_qkv_6x1 or w4_proj_5) are looked up lazily."""
 
-    pdl=True compiles every file with -DVLA_PDL: the PDL_TRIGGER / PDL_WAIT hooks of common.cuh become
-    griddepcontrol instructions (sm_90+), for launches with programmatic stream serialization (backend v3p/v4).
-    Names the source regex does not see (macro-generated instances such as g4_qkv_6x1) are looked up lazily.
-    """
-
-    def __init__(self, directory: str | None = None, pdl: bool = False, defines: tuple = ()):
+    def __init__(self, directory: str | None = None):
         self.directory = directory or kernel_dir()
-        self.pdl = bool(pdl)
         self.modules: dict[str, cupy.RawModule] = {}
         self.functions: dict[str, object] = {}
-        opts = (("-std=c++17", f"-I{self.directory}") + (("-DVLA_PDL",) if self.pdl else ())
-                + tuple(f"-D{d}" for d in defines))
+        opts = ("-std=c++17", f"-I{self.directory}", "-DVLA_PDL")
         for path in sorted(glob.glob(os.path.join(self.directory, "*.cu"))):
             with open(path) as f:
                 src = f.read()
             mod = cupy.RawModule(code=src, options=opts)
-            name = os.path.basename(path)[:-3]
-            self.modules[name] = mod
+            self.modules[os.path.basename(path)[:-3]] = mod
             for fn in _extern_c_names(src):
                 self.functions[fn] = mod.get_function(fn)
 
@@ -74,7 +67,5 @@ class Kernels:
 
 
 def _extern_c_names(src: str) -> list[str]:
-    import re
-
     names = re.findall(r'extern "C" __global__ void(?:\s+__launch_bounds__\([^)]*\))?\s+(\w+)\s*\(', src)
     return [n for n in names if not n.startswith("__")]  # macro-generated definitions: looked up lazily

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 
-from ..admission import PhaseTimings
+from ..contract import BackendResult, PhaseTimings
 from ..constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from . import ops
+from .quant import as_f32
 from .safetensors_io import bf16_to_f32
 from .weights import Weights
 
@@ -26,7 +27,7 @@ class ReferenceModel:
         cfg = self.cfg = weights.cfg
         self.weights = weights
         self.capacity = int(capacity)
-        f = bf16_to_f32
+        f = as_f32  # bf16 bits widened, 4-bit QuantTensors dequantized (both exact in float32)
         self.embed = f(weights.embed)
         self.final_norm = f(weights.norm)
         self.layers = [{k: f(v) for k, v in layer.items()} for layer in weights.layers]
@@ -40,6 +41,8 @@ class ReferenceModel:
         self.v = np.zeros_like(self.k_raw)
         self.rotated_for = np.full(self.capacity, -1, np.int64)  # position k_rot[:, :, slot] is rotated for
         self.cos, self.sin = ops.rope_cos_sin(np.arange(self.capacity), d, cfg.rope_theta)
+        self.parallel = getattr(cfg, "action_decoding", "autoregressive") == "parallel"
+        self.queries = action_queries(weights) if self.parallel else None
 
     # -- building blocks -------------------------------------------------------------------------
     def vision(self, frame: np.ndarray) -> np.ndarray:
@@ -59,9 +62,12 @@ class ReferenceModel:
             self.k_rot[layer][:, s, :] = ops.apply_rope(raw, c, sn).transpose(1, 0, 2)
         self.rotated_for[s] = p
 
-    def forward(self, x: np.ndarray, order: np.ndarray, q_start: int, collect: bool = False):
+    def forward(self, x: np.ndarray, order: np.ndarray, q_start: int, collect: bool = False,
+                bidir_from: int | None = None):
         """Run tokens x [T, H] whose slots are order[q_start:q_start+T] over the cache.
 
+        Token t sees positions <= q_start + t (causal), except tokens t >= bidir_from, which see every token of
+        this call (parallel action queries: the whole frame and each other).
         Returns (final-normed hidden [T, H], per-layer residual streams if collect else None).
         """
         cfg = self.cfg
@@ -75,7 +81,10 @@ class ReferenceModel:
         pos_of_slot = np.full(self.capacity, -1, np.int64)
         pos_of_slot[order] = np.arange(n)
         q_pos = np.arange(q_start, n)
-        allowed = (pos_of_slot[None, :] >= 0) & (pos_of_slot[None, :] <= q_pos[:, None])
+        limit = q_pos.copy()
+        if bidir_from is not None:
+            limit[bidir_from:] = n - 1
+        allowed = (pos_of_slot[None, :] >= 0) & (pos_of_slot[None, :] <= limit[:, None])
         cos, sin = self.cos[q_pos], self.sin[q_pos]
         nh, nkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         hidden = [] if collect else None
@@ -102,8 +111,8 @@ class ReferenceModel:
         self.forward(self.embed[np.asarray(token_ids)], np.asarray(slots), 0)
 
     def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False):
-        from ..engine import BackendResult  # engine imports this module; import late to avoid a cycle
-
+        if self.parallel:
+            return self._run_parallel(frame, plan, collect_logits)
         t0 = time.perf_counter()
         emb = self.vision(frame)
         t1 = time.perf_counter()
@@ -129,3 +138,30 @@ class ReferenceModel:
         if collect_logits:
             result.logits = np.stack(logits_log)
         return result
+
+    def _run_parallel(self, frame: np.ndarray, plan, collect_logits: bool):
+        """One pass: the frame's 32 vision tokens + the 8 action queries (bidirectional among themselves and
+        over the whole frame); the action tokens are the argmaxes over the 256 action rows at the 8 queries."""
+        t0 = time.perf_counter()
+        emb = self.vision(frame)
+        t1 = time.perf_counter()
+        x = np.concatenate([emb, self.queries])
+        h, _ = self.forward(x, plan.order, plan.n_prefix, bidir_from=VISION_TOKENS)
+        logits = h[VISION_TOKENS:] @ self.action_head.T
+        tokens = (self.cfg.vocab_size - ACTION_VOCAB + ops.argmax_rows(logits)).astype(np.int32)
+        t2 = time.perf_counter()
+        ms = 1e3
+        timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=0.0,
+                               total_ms=(t2 - t0) * ms, prefill_tokens=VISION_TOKENS + ACTION_TOKENS, decode_tokens=0)
+        return BackendResult(tokens=tokens, pooled=emb.mean(axis=0), timings=timings,
+                             logits=logits if collect_logits else None)
+
+
+def action_queries(weights: Weights) -> np.ndarray:
+    """float32 [8, H]: the input embeddings of the 8 parallel action slots: `action_queries` from
+    vision.safetensors, else (an untrained stand-in) the embedding rows of the 8 ids just below the start token."""
+    q = getattr(weights.vision, "action_queries", None)
+    if q is not None:
+        return bf16_to_f32(np.asarray(q)).reshape(ACTION_TOKENS, -1)
+    start = weights.cfg.vocab_size - ACTION_VOCAB - 1
+    return bf16_to_f32(weights.embed[start - ACTION_TOKENS:start])

@@ -1,13 +1,14 @@
-"""chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache.
+"""chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache, and project it onto edge boards.
 
-  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--variant v3|v3p|v4]
-                                            [--json OUT] [--breakdown]
+  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--json OUT] [--breakdown]
 
-Fills the cache with frames (fifo) until every chunk runs with the cache full, then times >= 200
-chunks: host wall time launch -> results (what the robot sees) and device time between the graph's
-%globaltimer stamps. Reports p50/p99, per decode pass time and achieved GB/s (bytes that must be
-read: layer weights + 256 action rows + the KV the pass attends), the measured copy bandwidth and the
-floor (bytes / copy bandwidth).
+Fills the cache with frames (fifo) until every chunk runs with the cache full, then times the chunks: host
+wall time launch -> results (what the robot sees) and device time between the graph's %globaltimer stamps.
+Reports p50/p99, the phases, the bytes the chunk must move (edge.chunk_bytes: weights at their format, the
+256 action rows, the KV attended), the measured copy bandwidth, the floor (bytes / copy bandwidth), the
+fraction of copy bandwidth reached (the efficiency), and from it the projected chunk on each board of
+config/boards.yaml with a fits / does-not-fit verdict against 33 - 2 ms. The model dir decides the weights
+(bf16 or 4-bit) and the action decoding (autoregressive or parallel).
 """
 from __future__ import annotations
 
@@ -55,19 +56,19 @@ class _Skip:
 def breakdown(cp, be, reps=50) -> dict:
     """Device time of decode pass 4 captured alone, with kernel families left out (cache as left)."""
     out = {}
-    gemv = ["dec_qkv", "dec_proj_residual", "dec_gateup", "g4_*"]
-    variants = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
-                "no_gateup_down": ["dec_gateup", "dec_proj_residual", "g4_gateup_*", "g4_proj_*"],
+    gemv = ["g4_*", "w4_*"]
+    families = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
+                "no_gateup_down": ["g4_gateup_*", "g4_proj_*", "w4_gateup_*", "w4_proj_*"],
                 "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
-    real = be.k
+    real = be.launch.k
     s = be.stream
-    for name, skip in variants.items():
-        be.k = _Skip(real, skip)
-        be._pdl_prev = False
+    for name, skip in families.items():
+        be.launch.k = _Skip(real, skip)
+        be.launch.barrier()
         s.begin_capture()
-        be._decode_pass(s, 4)
+        be._decode_pass(4)
         g = s.end_capture()
-        be.k = real
+        be.launch.k = real
         for _ in range(3):
             g.launch(s)
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -87,21 +88,19 @@ def pct(a, q):
 def main(argv=None) -> int:
     import cupy as cp
 
-    from ..constants import ACTION_TOKENS, ACTION_VOCAB
+    from .. import edge
     from ..cuda.backend import CudaBackend
     from ..eviction import make_policy
     from ..kv_cache import KvCache
     from ..model.weights import load_weights
 
     p = argparse.ArgumentParser(prog="chunk_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--capacity", type=int, default=4096)
-    p.add_argument("--prompt-tokens", type=int, default=64)
-    p.add_argument("--chunks", type=int, default=300)
-    p.add_argument("--vram-ceiling-gb", type=float, default=8.0)
-    p.add_argument("--variant", default=None, help="CUDA backend variant (default: VLA_EDGE_CUDA_VARIANT or the "
-                   "backend's DEFAULT_VARIANT)")
-    p.add_argument("--json")
+    p.add_argument("--model", required=True, help="model directory (bf16 or 4-bit, autoregressive or parallel)")
+    p.add_argument("--capacity", type=int, default=4096, help="KV slots (default 4096)")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="pinned prompt length (default 64)")
+    p.add_argument("--chunks", type=int, default=300, help="timed chunks after the fill (default 300)")
+    p.add_argument("--vram-ceiling-gb", type=float, default=8.0, help="start-up VRAM ceiling (default 8.0)")
+    p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--breakdown", action="store_true",
                    help="also time one decode pass as a graph with kernel families left out (differences = cost)")
     a = p.parse_args(argv)
@@ -113,7 +112,7 @@ def main(argv=None) -> int:
     w = load_weights(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
-    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, variant=a.variant)
+    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb)
     rng = np.random.default_rng(0)
     kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
     be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
@@ -140,46 +139,58 @@ def main(argv=None) -> int:
         passes.append(be.last_pass_ms)
         nkeys.append(plan.n_prefix + 32)
     passes = np.asarray(passes)
-    H, I, L, NKV, D = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim
-    layer_w = sum(be.layers[0][k].nbytes for k in ("wqkv", "wo", "wgu", "wd", "ln1", "ln2", "bqkv")) * L
-    head_b = ACTION_VOCAB * H * 2
-    kv_per_key = L * 2 * NKV * D * 2
-    n_mid = int(np.median(nkeys)) + 1 + ACTION_TOKENS // 2
-    pass_bytes = layer_w + head_b + kv_per_key * n_mid
+    n_mid = int(np.median(nkeys)) + 1 + 8 // 2
+    cb = edge.chunk_bytes(cfg, a.capacity, attended_keys=n_mid, prompt_tokens=a.prompt_tokens)
+    dev_ms = pct(devc, 50)
+    eff = cb["total"] / (dev_ms * 1e-3) / 1e9 / bw
+    parallel = be.parallel
     pass_ms = float(np.median(passes))
-    pre_bytes = layer_w + kv_per_key * (int(np.median(nkeys)))
-    floor_pass_ms = pass_bytes / (bw * 1e9) * 1e3
-    floor_chunk_ms = (pre_bytes + ACTION_TOKENS * pass_bytes) / (bw * 1e9) * 1e3
     res = {
-        "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model, "variant": be.variant,
-        "pdl": bool(getattr(be, "pdl", False)), "g4_plan": getattr(be, "g4", None),
+        "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
+        "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
+        "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv,
         "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
         "copy_GBps": round(bw, 1),
         "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
-        "chunk_device_ms": {"p50": pct(devc, 50), "p99": pct(devc, 99)},
+        "chunk_device_ms": {"p50": dev_ms, "p99": pct(devc, 99)},
         "vision_ms_p50": pct(vis, 50), "prefill_ms_p50": pct(pre, 50), "decode_ms_p50": pct(dec, 50),
-        "decode_pass_ms": {"p50": pass_ms, "p99": pct(passes, 99), "per_step_p50": np.median(passes, 0).round(4).tolist()},
-        "decode_pass_bytes": pass_bytes, "decode_pass_GBps": round(pass_bytes / (pass_ms * 1e-3) / 1e9, 1),
-        "decode_pass_frac_of_copy_bw": round(pass_bytes / (pass_ms * 1e-3) / 1e9 / bw, 3),
-        "prefill_GBps": round(pre_bytes / (pct(pre, 50) * 1e-3) / 1e9, 1),
-        "floor_pass_ms": round(floor_pass_ms, 4), "floor_chunk_ms": round(floor_chunk_ms, 3),
+        "chunk_bytes": cb, "chunk_GBps": round(cb["total"] / (dev_ms * 1e-3) / 1e9, 1),
+        "efficiency_of_copy_bw": round(eff, 4),
+        "floor_chunk_ms": round(cb["total"] / (bw * 1e9) * 1e3, 4),
+        "prefill_GBps": round(cb["prefill"] / (pct(pre, 50) * 1e-3) / 1e9, 1),
         "vram_plan_bytes": be.plan, "vram_peak_bytes": be.peak_vram_bytes,
     }
+    if not parallel:
+        res["decode_pass_ms"] = {"p50": pass_ms, "p99": pct(passes, 99),
+                                 "per_step_p50": np.median(passes, 0).round(4).tolist()}
+        res["decode_pass_bytes"] = cb["decode_pass"]
+        res["decode_pass_GBps"] = round(cb["decode_pass"] / (pass_ms * 1e-3) / 1e9, 1)
+        res["decode_pass_frac_of_copy_bw"] = round(cb["decode_pass"] / (pass_ms * 1e-3) / 1e9 / bw, 3)
+        res["floor_pass_ms"] = round(cb["decode_pass"] / (bw * 1e9) * 1e3, 4)
     for k in ("chunk_host_ms", "chunk_device_ms"):
         res[k] = {kk: round(v, 3) for kk, v in res[k].items()}
-    if a.breakdown:
+    boards = edge.load_boards()
+    res["projection"] = {bn: edge.project(cb, b, efficiency=min(1.0, eff)) for bn, b in boards.items()}
+    if a.breakdown and not parallel:
         res["breakdown_pass_ms"] = breakdown(cp, be)
-    print("RESULTS " + json.dumps(res))
-    print(f"\n| metric | value |\n|---|---|\n| device / variant | {name} / {be.variant} |\n| copy bandwidth | {bw:.0f} GB/s |")
+    print("RESULTS " + json.dumps(res, default=str))
+    print(f"\n| metric | value |\n|---|---|\n| device | {name}, copy {bw:.0f} GB/s |")
+    print(f"| model | {res['weights']}, {res['action_decoding']} |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
-    print(f"| chunk (device stamps) p50 / p99 | {res['chunk_device_ms']['p50']:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
-    print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / {res['decode_ms_p50']:.3f} ms |")
-    print(f"| decode pass p50 | {pass_ms:.4f} ms = {res['decode_pass_GBps']} GB/s ({100 * res['decode_pass_frac_of_copy_bw']:.1f} % of copy) |")
-    print(f"| floor: pass / chunk | {floor_pass_ms:.4f} / {floor_chunk_ms:.3f} ms |")
+    print(f"| chunk (device stamps) p50 / p99 | {dev_ms:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
+    print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / "
+          f"{res['decode_ms_p50']:.3f} ms |")
+    print(f"| chunk bytes / floor | {cb['total'] / 1e9:.3f} GB / {res['floor_chunk_ms']:.3f} ms "
+          f"({100 * eff:.1f} % of copy bandwidth) |")
+    if not parallel:
+        print(f"| decode pass p50 | {pass_ms:.4f} ms = {res['decode_pass_GBps']} GB/s "
+              f"({100 * res['decode_pass_frac_of_copy_bw']:.1f} % of copy; floor {res['floor_pass_ms']:.4f} ms) |")
     print(f"| VRAM plan total / peak | {be.plan['total'] / 2**30:.3f} / {be.peak_vram_bytes / 2**30:.3f} GiB |")
+    for bn, pr in res["projection"].items():
+        print(f"| projected on {bn} | {pr.get('chunk_ms', float('nan')):.1f} ms: {pr.get('verdict', '')} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump(res, f, indent=1, default=str)
     return 0
 
 
