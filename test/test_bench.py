@@ -177,3 +177,89 @@ def test_real_clips_decode(path):
         pytest.skip(f"{path} not present")
     frames, stamps = load_model_frames(open_clip(path), max_frames=10)
     assert frames.shape == (10, 64, 128, 3) and stamps[1] == 40_000_000  # 25 fps
+
+
+# --- command line: polite failures, atomic output, notes ------------------------------------------------
+
+def _bench(*args, timeout=300):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.bench", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line(r, rc=2):
+    assert r.returncode == rc, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("vla-edge-bench: "), r.stderr
+    return lines[0]
+
+
+def test_every_option_states_its_default_and_help_has_an_example():
+    parser = bench.build_parser()
+    assert [a.option_strings[-1] for a in parser._actions
+            if a.option_strings and a.dest != "help" and "default" not in (a.help or "")] == []
+    assert "vla-edge-bench --clip" in parser.format_help().split("examples:")[1]
+
+
+def test_bad_inputs_give_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "old.txt").write_text("keep")
+    (tmp_path / "notmodel").mkdir()
+    cases = [
+        (["--clip", tmp_path / "missing.mp4", "--out", tmp_path / "o1"], "no such file"),
+        (["--clip", "synthetic", "--out", tmp_path / "afile"], "is a file"),
+        (["--clip", "synthetic", "--out", full], "not empty"),
+        (["--clip", "synthetic", "--model", tmp_path / "nomodel", "--out", tmp_path / "o2"], "no such model"),
+        (["--clip", "synthetic", "--model", tmp_path / "notmodel", "--out", tmp_path / "o3"], "config.json"),
+        (["--clip", "synthetic", "--seconds", "inf", "--out", tmp_path / "o4"], "--seconds"),
+        (["--clip", "synthetic", "--policies", "lru", "--out", tmp_path / "o5"], "unknown policy"),
+    ]
+    for args, needle in cases:
+        assert needle in _one_line(_bench(*args)), args
+    assert [p.name for p in full.iterdir()] == ["old.txt"]  # refused: untouched
+    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3", "o4", "o5"))
+
+
+def test_force_replaces_the_report_atomically_and_notes_fast_looped_clips(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(5):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), np.full((48, 64, 3), 40 * i, np.uint8))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old report")
+    args = ["--clip", folder, "--seconds", "1", "--policies", "fifo", "--backend", "numpy", "--period-ms", "60",
+            "--probe-after", "2", "--out", out, "--quiet"]
+    _one_line(_bench(*args))  # not empty, no --force
+    r = _bench(*args, "--force")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.png"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no temp folder left behind
+    with open(out / "report.json") as f:
+        clip = json.load(f)["clips"][0]
+    assert clip["native_fps"] == 30.0 and clip["frames"] == 5
+    notes = " ".join(clip["notes"])
+    assert "2.00x its recorded 30 fps" in notes and "faster" in notes and "looped" in notes, notes
+    assert "Note: looped" in (out / "report.md").read_text()
+
+
+@pytest.mark.skipif(not os.path.isfile(REAL_CLIPS[1]), reason="real clip not present")
+def test_a_mostly_damaged_clip_is_refused_with_one_line(tmp_path):
+    data = bytearray(open(REAL_CLIPS[1], "rb").read())
+    start = len(data) // 20
+    data[start:] = bytes(len(data) - start)
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(bytes(data))
+    line = _one_line(_bench("--clip", bad, "--seconds", "1", "--backend", "numpy", "--out", tmp_path / "o"))
+    assert "damaged" in line and "bad.mp4" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_outcome_stretches():
+    assert bench._stretches([0.0, 0.1, 0.2, 0.3, 0.4], [False, True, True, False, True], 0.1) == \
+        [(0.1, 0.3), (0.4, 0.5)]

@@ -6,11 +6,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
 import pytest
+from rosbags.typesys import Stores, get_typestore
 
+from vla_edge_ros.clips import BagClip, ClipError, ImageFolderClip, VideoClip, load_model_frames, open_clip
 from vla_edge_ros.tools import replay as R
 
 UDACITY = Path("/work/shared/data/bags/udacity_solidWhiteRight_jpeg")
@@ -80,27 +83,35 @@ def test_folder_source(tmp_path):
     (tmp_path / "004.png").write_bytes(b"not a png")
     (tmp_path / "notes.txt").write_text("ignored")
     c = R.Counters()
-    items = list(R.folder_items(tmp_path, c, fps=10.0, base_ns=5))
+    clip = open_clip(str(tmp_path), fps=10.0)
+    assert isinstance(clip, ImageFolderClip) and clip.expected == 5
+    items = list(clip.items(c, base_ns=5))
     assert [it.kind for it in items] == ["raw", "raw", "raw", "compressed"] and c.skipped_corrupt == 1
     assert [it.stamp_ns for it in items] == [5, 5 + 100_000_000, 5 + 200_000_000, 5 + 300_000_000]
+    assert all(it.frame_id == "camera" for it in items)
+
+
+def _write_video(path, n=10, fps=20.0):
+    w = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 48))
+    if not w.isOpened():
+        pytest.skip("no video writer in this OpenCV build")
+    for i in range(n):
+        w.write(cv2.cvtColor(R.synthetic_frame(i, 48, 64), cv2.COLOR_RGB2BGR))
+    w.release()
 
 
 def test_video_source(tmp_path):
     path = tmp_path / "clip.avi"
-    w = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 20.0, (64, 48))
-    if not w.isOpened():
-        pytest.skip("no video writer in this OpenCV build")
-    for i in range(10):
-        w.write(cv2.cvtColor(R.synthetic_frame(i, 48, 64), cv2.COLOR_RGB2BGR))
-    w.release()
-    items = list(R.video_items(path, R.Counters(), None, base_ns=1000))
-    assert len(items) == 10 and items[0].raw["width"] == 64
+    _write_video(path)
+    clip = VideoClip(str(path), frame_id="front")
+    items = list(clip.items(R.Counters(), base_ns=1000))
+    assert len(items) == 10 and items[0].raw["width"] == 64 and items[0].frame_id == "front"
     assert items[1].stamp_ns - items[0].stamp_ns == 50_000_000  # synthesized from the frame time (20 fps)
 
 
 @pytest.mark.skipif(not CLIP.is_file(), reason=f"{CLIP} not present")
 def test_real_clip_first_frames():
-    it = R.video_items(CLIP, R.Counters(), None, base_ns=0)
+    it = VideoClip(str(CLIP)).items()
     first = [next(it) for _ in range(3)]
     assert first[0].raw["encoding"] == "rgb8" and first[0].raw["height"] > 0
 
@@ -111,17 +122,190 @@ def test_udacity_bag_reads():
     items = list(R.bag_items(UDACITY, c))
     assert len(items) == 221 and c.skipped_corrupt == 0
     assert items[0].kind == "compressed" and items[0].data[:2] == b"\xff\xd8"
-    assert R._peek_bag_kind(UDACITY, None) == ("compressed", "/camera/image_raw/compressed")
+    clip = BagClip(str(UDACITY))
+    assert (clip.kind, clip.topic, clip.expected) == ("compressed", "/camera/image_raw/compressed", 221)
+
+
+def damaged_copy(tmp_path, at: float = 1 / 3, nbytes: int = 200_000, name: str = "damaged.mp4") -> Path:
+    """A copy of the real clip with ``nbytes`` overwritten (deterministic noise) at fraction ``at``."""
+    out = tmp_path / name
+    data = bytearray(CLIP.read_bytes())
+    start = int(len(data) * at)
+    noise = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    data[start:start + nbytes] = noise[: len(data) - start]
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason=f"{CLIP} not present")
+def test_damaged_video_is_read_past_the_damage(tmp_path):
+    clip = VideoClip(str(damaged_copy(tmp_path)))
+    c = R.Counters()
+    items = list(clip.items(c))
+    # Stopping at the damage gives 74 of 221; reading on gives ~190, and every frame is accounted for.
+    assert clip.expected == 221
+    assert 150 <= len(items) < 221 and c.skipped_corrupt == 221 - len(items) > 0, (len(items), c.skipped_corrupt)
+    t = np.array([it.t_ns for it in items])
+    assert np.all(np.diff(t) > 0) and np.diff(t).max() >= 2 * 40_000_000  # the gap of the damage is kept
+    # the bench's reader: the same frames, the damage counted
+    frames, stamps = load_model_frames(clip)
+    assert frames.shape == (len(items), 64, 128, 3) and clip.counters.skipped_corrupt == c.skipped_corrupt
+
+
+@pytest.mark.skipif(not CLIP.is_file(), reason=f"{CLIP} not present")
+def test_mostly_damaged_video_is_refused_by_the_bench_reader(tmp_path):
+    clip = VideoClip(str(damaged_copy(tmp_path, at=0.05, nbytes=10**8)))
+    with pytest.raises(ClipError, match="damaged"):
+        load_model_frames(clip)
+
+
+def test_bench_decodes_bag_encodings_with_the_node_converter(tmp_path):
+    """mono16 / bayer / yuv422 bags: the bench's reader gives what the node's converter gives."""
+    from rosbags.rosbag2 import Writer
+
+    from vla_edge_ros.nodes import image_convert as ic
+
+    ts = get_typestore(Stores.ROS2_JAZZY)
+    h, w = 32, 64
+    rng = np.random.default_rng(1)
+    msgs = {
+        "mono16": (rng.integers(0, 65535, (h, w), dtype=np.uint16).tobytes(), w * 2),
+        "bayer_rggb8": (rng.integers(0, 255, (h, w), dtype=np.uint8).tobytes(), w),
+        "yuv422": (rng.integers(0, 255, (h, w * 2), dtype=np.uint8).tobytes(), w * 2),
+    }
+    for enc, (data, step) in msgs.items():
+        bag = tmp_path / enc
+        with Writer(bag, version=9) as writer:
+            conn = writer.add_connection("/cam", R.IMAGE_T, typestore=ts)
+            header = ts.types["std_msgs/msg/Header"](
+                stamp=ts.types["builtin_interfaces/msg/Time"](sec=1, nanosec=0), frame_id="cam")
+            msg = ts.types[R.IMAGE_T](header=header, height=h, width=w, encoding=enc, is_bigendian=0, step=step,
+                                      data=np.frombuffer(data, np.uint8).copy())
+            writer.write(conn, 1, ts.serialize_cdr(msg, R.IMAGE_T))
+        frames, _ = load_model_frames(open_clip(str(bag)))
+        want = ic.image_msg_to_rgb(SimpleNamespace(height=h, width=w, encoding=enc, is_bigendian=0, step=step,
+                                                   data=data))
+        np.testing.assert_array_equal(frames[0], want)
+
+
+def _run(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.replay", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line_error(r, rc=2):
+    assert r.returncode == rc, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert lines and lines[-1].startswith("vla-edge-replay: "), r.stderr
+    return lines
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["synthetic", "--rate", "inf"], "--rate"),
+    (["synthetic", "--rate", "nan"], "--rate"),
+    (["synthetic", "--rate", "0"], "--rate"),
+    (["synthetic", "--fps", "-5"], "--fps"),
+    (["synthetic", "--duration", "-1"], "--duration"),
+    (["synthetic", "--topic", "bad topic!"], "--topic"),
+    (["synthetic", "--topic", "/camera//image"], "--topic"),
+    (["/no/such/clip.mp4"], "no such file"),
+    ([], "SOURCE is required"),
+])
+def test_bad_options_give_one_line(args, needle):
+    lines = _one_line_error(_run(*args))
+    assert len(lines) == 1 and needle in lines[0], lines
+
+
+def test_unreadable_inputs_give_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert len(_one_line_error(_run(tmp_path / "empty"))) == 1
+    (tmp_path / "x.mp4").write_bytes(b"not a video at all")
+    assert len(_one_line_error(_run(tmp_path / "x.mp4"))) == 1
+    (tmp_path / "x.mcap").write_bytes(b"not a bag")
+    assert len(_one_line_error(_run(tmp_path / "x.mcap"))) == 1
+
+
+def options_without_default(parser) -> list[str]:
+    """Options whose help text does not state the default (positional arguments and -h excepted)."""
+    return [a.option_strings[-1] for a in parser._actions
+            if a.option_strings and a.dest != "help" and "default" not in (a.help or "")]
+
+
+def test_help_shows_defaults_and_an_example():
+    assert options_without_default(R.build_parser()) == []
+    r = _run("--help")
+    assert r.returncode == 0 and "vla-edge-replay " in r.stdout.split("examples:")[1]
 
 
 def test_cli_make_bag_and_errors(tmp_path):
     out = tmp_path / "cli_bag"
-    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.replay", "--make-bag", str(out), "--frames", "5",
-                        "--width", "32", "--height", "16"], capture_output=True, text=True, timeout=60)
+    r = _run("--make-bag", out, "--frames", "5", "--width", "32", "--height", "16")
     assert r.returncode == 0 and R.is_bag(out), r.stderr
-    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.replay", str(tmp_path / "missing.mcap")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "vla-edge-replay:" in r.stderr
+    _one_line_error(_run(tmp_path / "missing.mcap"))
+
+
+@pytest.mark.ros
+def test_folder_of_damaged_images_publishes_nothing_and_fails(tmp_path):
+    pytest.importorskip("rclpy")
+    for i in range(3):
+        (tmp_path / f"{i}.png").write_bytes(b"\x89PNG broken")
+    lines = _one_line_error(_run(tmp_path, "--quiet"), rc=1)
+    assert "published nothing" in lines[-1]
+
+
+@pytest.mark.ros
+@pytest.mark.skipif(not CLIP.is_file(), reason=f"{CLIP} not present")
+def test_replay_of_a_damaged_video_reports_and_judges(tmp_path):
+    pytest.importorskip("rclpy")
+    bad = damaged_copy(tmp_path)
+    r = _run(bad, "--rate", "20")  # 221 frames at 25 fps, 20x: ~0.5 s
+    assert r.returncode == 0, r.stderr
+    published = int(r.stderr.split("published ")[1].split()[0])
+    skipped = int(r.stderr.split("skipped ")[1].split()[0])
+    assert 150 <= published < 221 and published + skipped == 221, r.stderr
+    # The same file, demanding nearly every frame: exit 1 with one line saying what is missing.
+    lines = _one_line_error(_run(bad, "--rate", "20", "--min-fraction", "0.95", "--quiet"), rc=1)
+    assert f"only {published} of 221" in lines[-1], lines
+    worse = damaged_copy(tmp_path, at=0.05, nbytes=10**8, name="worse.mp4")
+    _one_line_error(_run(worse, "--rate", "20", "--quiet"), rc=1)
+
+
+@pytest.mark.ros
+def test_reliable_by_default_and_frame_id_passed_through(tmp_path):
+    """A RELIABLE subscriber (it never matches a BEST_EFFORT publisher) gets every frame, with the bag's frame_id."""
+    rclpy = pytest.importorskip("rclpy")
+    import random
+    import threading
+
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+    from test_ros_integration import ros_env
+
+    domain = random.randint(1, 100)
+    bag = R.make_test_bag(tmp_path / "b", frames=20, fps=30.0, width=32, height=16, frame_id="front_cam")
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain)
+    node = rclpy.create_node("replay_probe", context=ctx)
+    got = []
+    node.create_subscription(Image, "/camera/image_raw", lambda m: got.append(m.header.frame_id),
+                             QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
+    ex = rclpy.executors.SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    t = threading.Thread(target=ex.spin, daemon=True)
+    t.start()
+    try:
+        r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.replay", str(bag), "--wait-subscriber", "20"],
+                           env=ros_env(domain), capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, r.stderr
+        end = time.monotonic() + 5
+        while len(got) < 20 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert len(got) >= 18 and set(got) == {"front_cam"}, (len(got), set(got), r.stderr)
+    finally:
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
 
 
 @pytest.mark.ros
@@ -182,3 +366,32 @@ def test_duration_and_rate_options(tmp_path, monkeypatch):
     n = int(out.split("published ")[1].split()[0])
     assert 100 <= n <= 125, out  # 60 Hz for 2 s, looping
     assert took < 15
+
+
+# --- vla-edge-demo / vla-edge-soak: the same command-line rules ------------------------------------------
+
+@pytest.mark.parametrize("tool", ["demo", "soak"])
+def test_demo_and_soak_fail_politely(tmp_path, tool):
+    (tmp_path / "afile").write_text("x")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", f"vla_edge_ros.tools.{tool}", *map(str, args)],
+                              capture_output=True, text=True, timeout=60)
+
+    prog = f"vla-edge-{tool}: "
+    cases = [["--source", tmp_path / "missing.bag"], ["--model", tmp_path / "nomodel"], ["--seconds", "inf"],
+             ["--policy", "lru"]]
+    if tool == "soak":
+        cases += [["--out", tmp_path / "afile"], ["-p", "period_ms"]]
+    for args in cases:
+        r = run(*args)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(lines) == 1, (args, r.stderr)
+        assert lines[0].startswith(prog), (args, lines)
+    r = run("--help")
+    assert r.returncode == 0 and f"vla-edge-{tool} " in r.stdout.split("examples:")[1]
+    import importlib
+
+    mod = importlib.import_module(f"vla_edge_ros.tools.{tool}")
+    parser = mod.build_parser()
+    assert options_without_default(parser) == []

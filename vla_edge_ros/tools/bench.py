@@ -8,6 +8,17 @@ cycle the ReasoningNode runs. Writes OUT/report.json, OUT/report.md and OUT/repo
 history_coverage: every frame the camera produced during the run is embedded offline with the model's
 vision encoder (pooled = mean of its 32 vision embeddings); its coverage is the highest cosine
 similarity to any frame the cache retains at the end of the run; the report gives the mean.
+
+report.png shows, per clip, what every cycle of each policy published (an outcome bar: model actions and
+each fallback reason), then per policy a per-cycle latency timeline on one time axis with the deadline,
+the admission estimate against the time left, and refused stretches shaded; the report notes when a clip
+is played faster than its own rate or looped, and damaged frames that were skipped.  The report is
+written to a temporary folder and renamed to --out when complete; a non-empty --out is refused unless --force.
+
+examples:
+  vla-edge-bench --clip synthetic-cut --seconds 10 --out /tmp/bench
+  vla-edge-bench --model /models/qwen15b --clip drive.mp4 --clip bag_dir/ --backend cuda --seconds 30 --out h200
+  vla-edge-bench --clip synthetic --policies fifo,semantic --period-ms 60 --probe-after 2 --out /tmp/b --force
 """
 from __future__ import annotations
 
@@ -26,7 +37,7 @@ import time
 import numpy as np
 
 from ..admission import AdmissionController
-from ..clips import SYNTHETIC, load_model_frames, open_clip
+from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
 from ..constants import ACTION_TOKENS, VISION_TOKENS
 from ..cycle import REASONS, ReasoningCycle
 from ..engine import Engine, cuda_available, system_prompt_ids
@@ -34,8 +45,10 @@ from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
 from ..metrics import CycleStats, VramSampler
 from ..model import ops
-from ..model.safetensors_io import bf16_to_f32
+from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.weights import load_weights
+from .cli import (AtomicOutDir, Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
+                  non_negative_int, positive_int)
 
 NUMPY_FRAMES = 24  # default frame capacity on the CPU: small enough that the cache fills within seconds
 CUDA_CAPACITY = 4096  # DESIGN §1 default
@@ -120,6 +133,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         camera = CameraReplay(frames, args.camera_hz, fb)
         camera_index_of_frame_id: dict[int, int] = {}
         cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
+        per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": []}
         period = args.period_ms / 1000.0
         n_ticks = max(1, int(round(args.seconds / period)))
         skipped = 0
@@ -143,6 +157,11 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             t_publish = time.monotonic()  # the bench's "publish": nothing to send, only the instant
             cycle.record_published(out, t_publish)
             cycle_ms.append((t_publish - t0) * 1000.0)
+            per_cycle["t"].append(t0 - start)
+            per_cycle["cycle_ms"].append(cycle_ms[-1])
+            per_cycle["reason"].append(out.reason)
+            per_cycle["estimate_ms"].append(out.estimate_ms)
+            per_cycle["remaining_ms"].append(out.remaining_ms)
             if out.late_chunk is not None:
                 note_chunk(out.late_chunk, out.late_frame_seq, t0 - start)
             if out.chunk is not None:
@@ -191,7 +210,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "probes": cycle.probes,
             "admission": admission.snapshot(),
         }
-        return metrics, {"cycle_ms": cycle_ms, "timeline": timeline}
+        return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
         engine.close()
 
@@ -236,7 +255,9 @@ def write_markdown(report: dict, path: str) -> None:
     head = ("| policy | cycles | model | fallback rate | deadline miss | overrun | cycle p50/p99/max ms | "
             "chunk p50/p99 ms | jitter p99 ms | frame age p50 ms | retained/cap | evictions | coverage |")
     for clip in report["clips"]:
-        lines += [f"## {clip['name']} ({clip['frames']} frames)", "", head, "|" + "---|" * 13]
+        lines += [f"## {clip['name']} ({clip['frames']} frames)", ""]
+        lines += [f"Note: {n}." for n in clip.get("notes", [])] + ([""] if clip.get("notes") else [])
+        lines += [head, "|" + "---|" * 13]
         for policy, m in clip["policies"].items():
             fb = ", ".join(f"{k} {v}" for k, v in m["fallbacks"].items() if v)
             lines.append(
@@ -251,81 +272,209 @@ def write_markdown(report: dict, path: str) -> None:
         f.write("\n".join(lines))
 
 
+OUTCOME_COLORS = {"fresh": "#2ca02c", "repeat": "#98df8a", "no_frame": "#c7c7c7", "stale_frame": "#8c564b",
+                  "refused": "#ff9896", "busy": "#ffbb78", "cold": "#aec7e8", "overrun": "#d62728",
+                  "engine_error": "#9467bd", "non_finite": "#e377c2", "inactive": "#7f7f7f"}
+
+
+def _stretches(ts: list[float], flags: list[bool], period_s: float) -> list[tuple[float, float]]:
+    """Contiguous runs of flagged cycles as (start, end) seconds (each cycle covers one period)."""
+    out, start = [], None
+    for t, f in zip(ts, flags):
+        if f and start is None:
+            start = t
+        if not f and start is not None:
+            out.append((start, t))
+            start = None
+    if start is not None:
+        out.append((start, ts[-1] + period_s))
+    return out
+
+
 def write_plot(report: dict, series: dict, path: str) -> None:
+    """report.png, one block per clip: what each policy published (outcome bar), then per policy a per-cycle
+    latency timeline (deadline, budget, admission estimate vs the time left, refused stretches shaded) beside
+    the frames its cache retained."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     clips, policies = report["clips"], report["config"]["policies"]
-    fig, axes = plt.subplots(len(clips), 1 + len(policies), figsize=(4.2 * (1 + len(policies)), 3.4 * len(clips)),
-                             squeeze=False)
-    deadline = report["config"]["period_ms"]
-    for row, clip in enumerate(clips):
-        ax = axes[row][0]
-        for policy in policies:
-            values = series[clip["name"]][policy]["cycle_ms"]
-            ax.hist(values, bins=60, range=(0, max([deadline * 1.3, *values])), histtype="step", label=policy)
-        ax.axvline(deadline, color="red", linestyle="--", label=f"deadline {deadline:g} ms")
-        ax.set(title=f"{clip['name']}: cycle latency", xlabel="tick -> publish (ms)", ylabel="cycles", yscale="log")
-        ax.legend(fontsize=7)
-        for col, policy in enumerate(policies, start=1):
-            ax = axes[row][col]
+    period, margin = report["config"]["period_ms"], report["config"]["safety_margin_ms"]
+    rows_per_clip = 1 + len(policies)
+    fig = plt.figure(figsize=(15, 2.5 * rows_per_clip * len(clips)))
+    grid = fig.add_gridspec(rows_per_clip * len(clips), 3, width_ratios=(2.2, 2.2, 1.3))
+    for ci, clip in enumerate(clips):
+        r0 = ci * rows_per_clip
+        # outcome bars: every cycle of every policy, by what was published
+        ax = fig.add_subplot(grid[r0, :2])
+        left = np.zeros(len(policies))
+        for reason, color in OUTCOME_COLORS.items():
+            counts = np.array([series[clip["name"]][p]["cycles"]["reason"].count(reason) for p in policies], float)
+            if counts.any():
+                ax.barh(policies, counts, left=left, color=color, label=reason, edgecolor="white", linewidth=0.5)
+                left += counts
+        ax.invert_yaxis()
+        ax.set(title=f"{clip['name']}: what each cycle published (green: model actions)", xlabel="cycles")
+        ax.legend(fontsize=7, ncol=6, loc="lower right")
+        note = fig.add_subplot(grid[r0, 2])
+        note.axis("off")
+        note.text(0, 1, "\n".join(clip.get("notes") or ["clip played at its own rate, no loop"]), va="top",
+                  fontsize=8, wrap=True)
+        t_max = max((max(series[clip["name"]][p]["cycles"]["t"] or [0]) for p in policies), default=0) + 0.1
+        for pi, policy in enumerate(policies, start=1):
+            cyc = series[clip["name"]][policy]["cycles"]
+            t = np.asarray(cyc["t"])
+            ax = fig.add_subplot(grid[r0 + pi, :2])
+            for (a, b) in _stretches(cyc["t"], [x == "refused" for x in cyc["reason"]], period / 1000.0):
+                ax.axvspan(a, b, color=OUTCOME_COLORS["refused"], alpha=0.25, linewidth=0)
+            model = np.array([x in ("fresh", "repeat") for x in cyc["reason"]], bool)
+            lat = np.asarray(cyc["cycle_ms"])
+            if len(t):
+                ax.plot(t[model], lat[model], ".", ms=2, color=OUTCOME_COLORS["fresh"], label="cycle: model action")
+                ax.plot(t[~model], lat[~model], ".", ms=2, color="tab:red", label="cycle: fallback")
+                est = np.array([np.nan if x is None else x for x in cyc["estimate_ms"]], float)
+                rem = np.array([np.nan if x is None else x for x in cyc["remaining_ms"]], float)
+                ax.plot(t, est, color="tab:blue", linewidth=0.8, label="admission estimate")
+                ax.plot(t, rem, color="tab:gray", linewidth=0.8, linestyle=":", label="budget (time left at decision)")
+            ax.axhline(period, color="red", linestyle="--", linewidth=1, label=f"deadline {period:g} ms")
+            ax.axhline(period - margin, color="orange", linestyle="--", linewidth=0.8,
+                       label=f"deadline - margin {period - margin:g} ms")
+            ax.plot([], [], color=OUTCOME_COLORS["refused"], alpha=0.5, linewidth=6, label="refused stretch")
+            top = np.nanmax([period * 1.3, *(lat if len(lat) else [0])])
+            ax.set(xlim=(0, t_max), ylim=(0, min(top, period * 4)), ylabel="ms",
+                   title=f"{policy}: per-cycle latency (tick -> publish) and admission",
+                   xlabel="run time (s)" if pi == len(policies) else None)
+            ax.legend(fontsize=6, ncol=4, loc="upper right")
+            ax = fig.add_subplot(grid[r0 + pi, 2])
             timeline = series[clip["name"]][policy]["timeline"]
-            xs = [t for t, kept in timeline for _ in kept]
+            xs = [tt for tt, kept in timeline for _ in kept]
             ys = [k for _, kept in timeline for k in kept]
             ax.scatter(xs, ys, s=1, marker=".", color="tab:blue")
             m = clip["policies"][policy]
-            ax.set(title=f"{policy}: retained frames (coverage {_fmt(m['history_coverage'], 3)})",
-                   xlabel="run time at chunk (s)", ylabel="camera frame index")
+            ax.set(xlim=(0, t_max), title=f"{policy}: retained frames (coverage {_fmt(m['history_coverage'], 3)})",
+                   ylabel="camera frame", xlabel="run time (s)" if pi == len(policies) else None)
+            ax.title.set_fontsize(8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def clip_notes(clip: dict, camera_hz: float, run_frames: int) -> list[str]:
+    """Say when the run does not show the clip as recorded: played faster/slower, looped, frames damaged."""
+    notes = []
+    fps = clip.get("native_fps")
+    if fps and abs(camera_hz / fps - 1.0) > 0.02:
+        notes.append(f"played at {camera_hz:g} Hz, {camera_hz / fps:.2f}x its recorded {fps:.3g} fps "
+                     f"({'faster' if camera_hz > fps else 'slower'} than real time)")
+    if run_frames > clip["frames"]:
+        notes.append(f"looped: {run_frames} camera frames from a {clip['frames']}-frame clip "
+                     f"({run_frames / clip['frames']:.1f} passes)")
+    if clip.get("damaged_frames"):
+        notes.append(f"{clip['damaged_frames']} damaged frames skipped (of {clip.get('expected_frames') or '?'})")
+    return notes
 
 
 # --- command line -------------------------------------------------------------------------------------
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="vla-edge-bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="HF-layout model dir; omitted: generate --preset into a temp dir")
-    p.add_argument("--preset", default="tiny", help="model preset to generate when --model is omitted")
+def build_parser() -> Parser:
+    from ..model.config import PRESETS
+
+    p = Parser(prog="vla-edge-bench", description=__doc__.splitlines()[0],
+               epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="HF-layout model dir (default: generate --preset into a temp dir)")
+    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                   help="model preset to generate when --model is omitted (default: tiny)")
     p.add_argument("--clip", action="append", required=True,
-                   help="video file, image folder, rosbag2 bag (.mcap/.db3/folder), synthetic or synthetic-cut; repeatable")
-    p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated eviction policies")
-    p.add_argument("--seconds", type=float, default=10.0, help="run time per clip and policy")
-    p.add_argument("--camera-hz", type=float, default=60.0)
-    p.add_argument("--period-ms", type=float, default=33.0)
-    p.add_argument("--safety-margin-ms", type=float, default=2.0)
-    p.add_argument("--max-frame-age-ms", type=float, default=200.0)
-    p.add_argument("--backend", choices=("auto", "numpy", "cuda"), default="auto")
-    p.add_argument("--kv-capacity", type=int, default=None,
-                   help=f"KV slots; default {CUDA_CAPACITY} on cuda, prompt + 8 + 32*{NUMPY_FRAMES} on numpy "
-                        "(small, so the cache fills within a short CPU run)")
-    p.add_argument("--window-frames", type=int, default=8, help="sliding_window size in frames")
-    p.add_argument("--tail-k", type=float, default=0.0, help="admission tail allowance (x EMA of |deviation|)")
-    p.add_argument("--probe-after", type=int, default=0,
-                   help="admit one chunk after this many refusals in a row to re-measure its cost (0: never, as the node)")
-    p.add_argument("--warmup-chunks", type=int, default=3)
-    p.add_argument("--vram-ceiling-gb", type=float, default=8.0)
-    p.add_argument("--max-clip-frames", type=int, default=3000, help="frames read from each clip (memory bound)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model")
-    p.add_argument("--out", required=True, help="output folder for report.json/.md/.png")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+                   help="video file, image folder, rosbag2 bag (.mcap/.db3/folder), synthetic or synthetic-cut; "
+                        "repeatable (default: none, required)")
+    p.add_argument("--policies", default=",".join(POLICY_NAMES),
+                   help=f"comma-separated eviction policies (default: {','.join(POLICY_NAMES)})")
+    p.add_argument("--seconds", type=finite_positive, default=10.0, help="run time per clip and policy (default: 10)")
+    p.add_argument("--camera-hz", type=finite_positive, default=60.0,
+                   help="rate the clip is fed to the FrameBuffer; the report notes when it differs from the clip's "
+                        "own rate (default: 60)")
+    p.add_argument("--period-ms", type=finite_positive, default=33.0, help="control period = deadline (default: 33)")
+    p.add_argument("--safety-margin-ms", type=finite_non_negative, default=2.0,
+                   help="kept free at the end of every cycle (default: 2)")
+    p.add_argument("--max-frame-age-ms", type=finite_positive, default=200.0,
+                   help="older frames -> stale_frame fallback (default: 200)")
+    p.add_argument("--backend", choices=("auto", "numpy", "cuda"), default="auto",
+                   help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
+    p.add_argument("--kv-capacity", type=positive_int, default=None,
+                   help=f"KV slots (default: {CUDA_CAPACITY} on cuda, prompt + 8 + 32*{NUMPY_FRAMES} on numpy, "
+                        "small, so the cache fills within a short CPU run)")
+    p.add_argument("--window-frames", type=positive_int, default=8, help="sliding_window size in frames (default: 8)")
+    p.add_argument("--tail-k", type=finite_non_negative, default=0.0,
+                   help="admission tail allowance (x EMA of |deviation|) (default: 0)")
+    p.add_argument("--probe-after", type=non_negative_int, default=0,
+                   help="admit one chunk after this many refusals in a row to re-measure its cost "
+                        "(default: 0 = never, as the node)")
+    p.add_argument("--warmup-chunks", type=positive_int, default=3, help="dry chunks before each run (default: 3)")
+    p.add_argument("--vram-ceiling-gb", type=finite_positive, default=8.0,
+                   help="refuse a VRAM plan over this (default: 8)")
+    p.add_argument("--max-clip-frames", type=positive_int, default=3000,
+                   help="frames read from each clip, a memory bound (default: 3000)")
+    p.add_argument("--min-clip-fraction", type=finite_non_negative, default=0.5,
+                   help="refuse a clip (a damaged file) that decodes fewer than this fraction of the frames it "
+                        "declares (default: 0.5)")
+    p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model (default: 0)")
+    p.add_argument("--out", required=True,
+                   help="output folder for report.json/.md/.png; must be new or empty (default: none, required)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out (the old folder is swapped out only once the new report is "
+                        "complete) (default: refuse)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
+    return p
+
+
+def parse_args(argv):
+    p = build_parser()
     a = p.parse_args(argv)
     a.policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    if not a.policies:
+        p.error("--policies: give at least one policy")
     for name in a.policies:
         if name not in POLICY_NAMES:
             p.error(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
-    if a.seconds <= 0 or a.camera_hz <= 0 or a.period_ms <= a.safety_margin_ms:
-        p.error("need --seconds > 0, --camera-hz > 0 and --period-ms > --safety-margin-ms")
+    if a.period_ms <= a.safety_margin_ms:
+        p.error("need --period-ms > --safety-margin-ms")
     return a
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    for problem in (check_out_dir(args.out, args.force), check_model_dir(args.model) if args.model else None):
+        if problem:
+            return fail("vla-edge-bench", problem)
+    try:
+        return run(args, argv)
+    except (ClipError, ModelLoadError, ValueError, OSError) as e:
+        return fail("vla-edge-bench", e if not isinstance(e, OSError) else f"{e.filename or ''}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        return fail("vla-edge-bench", "interrupted; nothing written", 130)
+    except Exception as e:  # noqa: BLE001 - one line for the user; VLA_EDGE_DEBUG=1 shows the traceback
+        if os.environ.get("VLA_EDGE_DEBUG"):
+            raise
+        return fail("vla-edge-bench", f"internal error: {type(e).__name__}: {e} (VLA_EDGE_DEBUG=1 for the traceback)",
+                    1)
+
+
+def run(args, argv) -> int:
     from tqdm import tqdm
 
-    os.makedirs(args.out, exist_ok=True)
+    sources = []
+    run_frames = int(args.seconds * args.camera_hz)
+    for spec in args.clip:
+        # A synthetic clip outlasts the run (+2 s for start-up and drain), so it never loops back to the
+        # first scene; the cut comes a third into the run.  Opened up front: a bad clip fails before any run.
+        n_frames = min(run_frames + int(2 * args.camera_hz), args.max_clip_frames)
+        source = open_clip(spec, n_frames=n_frames, cut_at=run_frames // 3, seed=args.seed)
+        # Decoded up front (a damaged clip fails before any run; decoding never competes with the engine).
+        frames, _ = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction)
+        sources.append((spec, source, frames))
+    out = AtomicOutDir(args.out)
     tmp_model = None
     try:
         if args.model is None:
@@ -342,25 +491,25 @@ def main(argv=None) -> int:
         args.backend = backend
         if args.kv_capacity is None:
             prompt = len(system_prompt_ids(args.model, cfg.vocab_size))
-            args.kv_capacity = CUDA_CAPACITY if backend == "cuda" else prompt + ACTION_TOKENS + VISION_TOKENS * NUMPY_FRAMES
+            args.kv_capacity = (CUDA_CAPACITY if backend == "cuda"
+                                else prompt + ACTION_TOKENS + VISION_TOKENS * NUMPY_FRAMES)
 
         n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
         progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip), unit="tick", file=sys.stderr,
                         disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
         clips, series = [], {}
-        run_frames = int(args.seconds * args.camera_hz)
-        for spec in args.clip:
-            # A synthetic clip outlasts the run (+2 s for start-up and drain), so it never loops back to the
-            # first scene; the cut comes a third into the run.
-            source = open_clip(spec, n_frames=min(run_frames + int(2 * args.camera_hz), args.max_clip_frames),
-                               cut_at=run_frames // 3, seed=args.seed)
-            frames, _ = load_model_frames(source, args.max_clip_frames)
+        for spec, source, frames in sources:
             embeddings = pooled_embeddings(weights, frames)
             name = source.name if spec not in SYNTHETIC else spec
             while name in series:
                 name += "'"
-            clip = {"name": name, "source": spec, "frames": len(frames), "native_fps": source.fps,
-                    "cut_at": getattr(source, "cut_at", None), "policies": {}}
+            native = getattr(source, "native_fps", None) if spec not in SYNTHETIC else None
+            if native is None and not isinstance(source, SyntheticClip):
+                native = source.fps
+            clip = {"name": name, "source": spec, "frames": len(frames), "native_fps": native,
+                    "cut_at": getattr(source, "cut_at", None), "expected_frames": source.expected,
+                    "damaged_frames": source.counters.skipped_corrupt, "policies": {}}
+            clip["notes"] = clip_notes(clip, args.camera_hz, run_frames)
             series[name] = {}
             for policy in args.policies:
                 progress.set_postfix_str(f"{name} {policy}")
@@ -386,14 +535,16 @@ def main(argv=None) -> int:
                        "warmup_chunks": args.warmup_chunks, "seed": args.seed},
             "clips": clips,
         }
-        with open(os.path.join(args.out, "report.json"), "w") as f:
+        with open(out.tmp / "report.json", "w") as f:
             json.dump(report, f, indent=1)
-        write_markdown(report, os.path.join(args.out, "report.md"))
-        write_plot(report, series, os.path.join(args.out, "report.png"))
+        write_markdown(report, str(out.tmp / "report.md"))
+        write_plot(report, series, str(out.tmp / "report.png"))
+        final = out.commit()
         if not args.quiet:
-            print(open(os.path.join(args.out, "report.md")).read())
+            print((final / "report.md").read_text())
         return 0
     finally:
+        out.discard()
         if tmp_model is not None:
             shutil.rmtree(tmp_model, ignore_errors=True)
 

@@ -7,10 +7,13 @@
 3. listens to ``/vla_edge/action``, ``/vla_edge/cycle`` and ``/diagnostics`` and prints a summary:
    cycles, model actions, fallbacks by reason, p50/p99 cycle latency, action rate.
 
-    vla-edge-demo [--seconds 20] [--source BAG|VIDEO|FOLDER] [--model DIR] [--policy fifo] [--backend auto]
-
 Cache: $VLA_EDGE_CACHE, else ``out/cache`` of the source tree when run in-tree, else
 $XDG_CACHE_HOME (~/.cache) / vla_edge_ros.
+
+examples:
+  vla-edge-demo
+  vla-edge-demo --seconds 60 --policy semantic --preset micro
+  vla-edge-demo --source /data/run1_bag --model /models/qwen2.5-1.5b-vla --backend cuda
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import argparse
 import collections
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,8 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-PKG_ROOT = Path(__file__).resolve().parents[2]  # the source tree when run in-tree
-
 
 def cache_dir() -> Path:
     from ..nodes.params import cache_root
@@ -37,55 +37,8 @@ def cache_dir() -> Path:
     return cache_root()
 
 
-def config_file() -> str | None:
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        p = Path(get_package_share_directory("vla_edge_ros")) / "config" / "vla_edge.yaml"
-        if p.is_file():
-            return str(p)
-    except Exception:  # noqa: BLE001 - not installed through colcon
-        pass
-    p = PKG_ROOT / "config" / "vla_edge.yaml"
-    return str(p) if p.is_file() else None
-
-
-def bringup_command(model: str, policy: str, backend: str) -> list[str]:
-    """`vla_edge` as a child process: the packaged config, the model, and the camera on /camera/image_raw."""
-    cmd = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args"]
-    cfg = config_file()
-    if cfg:
-        cmd += ["--params-file", cfg]
-    return cmd + ["-p", f"model_path:={model}", "-p", f"policy:={policy}", "-p", f"backend:={backend}",
-                  "-r", "image:=/camera/image_raw", "-r", "image/compressed:=/camera/image_raw/compressed"]
-
-
-def stop_processes(procs, timeout: float = 15.0) -> None:
-    """SIGINT the children newest first (a clean ROS shutdown), then kill whatever is still running."""
-    for p in reversed(procs):
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in reversed(procs):
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-
-
-def ensure_model(cache: Path, model: str | None, preset: str = "tiny", tag: str = "demo") -> str:
-    """`model` if given, else the generated preset (seed 0) in the cache, made once."""
-    from .make_model import ensure_model as generate_once
-
-    if model:
-        return model
-    mdir = cache / f"{preset}-seed0"
-    if not (mdir / "config.json").is_file():
-        print(f"[{tag}] generating the {preset} model into {mdir}", flush=True)
-    return generate_once(str(mdir), preset, 0)
-
-
 def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
+    from .outputs import ensure_model
     from .replay import make_test_bag
 
     cache.mkdir(parents=True, exist_ok=True)
@@ -99,35 +52,41 @@ def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple
     return model, clip
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")  # leave cores to DDS and the camera with the numpy backend
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = str(PKG_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _pct(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else float("nan")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="vla-edge-demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=20.0, help="how long to run after the first action")
-    ap.add_argument("--source", help="bag / video / image folder to replay instead of the synthetic clip")
-    ap.add_argument("--model", help="model dir (default: the generated tiny model)")
-    ap.add_argument("--preset", default="tiny",
-                    help="model to generate when --model is not given: tiny (default), micro (1 layer, for slow "
-                         "CPUs), small, qwen2.5-1.5b")
-    ap.add_argument("--policy", default="fifo")
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--kv-capacity", type=int, default=None,
+def build_parser():
+    from ..model.config import PRESETS
+    from .cli import Parser, finite_positive, positive_int
+
+    ap = Parser(prog="vla-edge-demo", description=__doc__.split("\n\n")[0],
+                epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=finite_positive, default=20.0,
+                    help="how long to run after the first action (default: 20)")
+    ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated synthetic clip)")
+    ap.add_argument("--model", help="model dir (default: the generated --preset model)")
+    ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                    help="model to generate when --model is not given; micro has 1 layer, for slow CPUs "
+                         "(default: tiny)")
+    ap.add_argument("--policy", default="fifo", choices=("fifo", "sliding_window", "semantic"),
+                    help="KV eviction policy (default: fifo)")
+    ap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"),
+                    help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
+    ap.add_argument("--kv-capacity", type=positive_int, default=None,
                     help="kv_capacity_tokens (default: the config's; 512 on the NumPy backend, whose reference "
                          "attention reads every slot of the cache)")
-    ap.add_argument("--verbose", action="store_true", help="show the child processes' output")
-    a = ap.parse_args(argv)
+    ap.add_argument("--verbose", action="store_true", help="show the child processes' output (default: hidden)")
+    return ap
+
+
+def main(argv=None) -> int:
+    from .cli import check_model_dir, check_source, fail
+
+    a = build_parser().parse_args(argv)
+    for problem in (check_source(a.source) if a.source else None, check_model_dir(a.model) if a.model else None):
+        if problem:
+            return fail("vla-edge-demo", problem)
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
@@ -139,29 +98,17 @@ def main(argv=None) -> int:
     from geometry_msgs.msg import TwistStamped
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-    from .outputs import OutputListener
+    from .outputs import OutputListener, bringup_commands, child_env, stop_processes
 
-    env = _child_env()
+    env = child_env()
     out = None if a.verbose else subprocess.DEVNULL
-    node_cmd = bringup_command(model, a.policy, a.backend)
     kv_cap = a.kv_capacity
     if kv_cap is None and a.backend in ("auto", "numpy"):
         from ..engine import cuda_available
 
         if a.backend == "numpy" or not cuda_available():
             kv_cap = 512
-    if kv_cap:
-        node_cmd += ["-p", f"kv_capacity_tokens:={kv_cap}"]
-    from .replay import _peek_bag_kind, is_bag
-
-    src = Path(source)
-    if is_bag(src) and _peek_bag_kind(src, None)[0] == "compressed":
-        node_cmd += ["-p", "transport:=compressed"]
-    replay_cmd = [sys.executable, "-m", "vla_edge_ros.tools.replay", source, "--loop"]
-    if not (is_bag(src) and _peek_bag_kind(src, None)[0] == "compressed"):
-        replay_cmd += ["--format", "raw", "--topic", "/camera/image_raw"]
-    else:
-        replay_cmd += ["--topic", "/camera/image_raw/compressed"]
+    node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap)
 
     print(f"[demo] ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} model={model} source={source}", flush=True)
     procs = []

@@ -1,21 +1,26 @@
-"""vla-edge-replay: publish a rosbag2 bag, a video file or an image folder as a camera topic.
+"""vla-edge-replay: publish a rosbag2 bag, a video file, an image folder or a synthetic clip as a camera topic.
 
-    vla-edge-replay SOURCE [--topic T] [--format auto|raw|compressed] [--rate R] [--loop]
-                    [--reliable] [--duration S] [--fps F] [--bag-topic T]
-    vla-edge-replay --make-bag DIR [--bag-format raw|compressed] [--storage mcap|sqlite3] [--frames N]
+Behaves like a camera driver: RELIABLE QoS by default (``--best-effort`` for the sensor-data profile),
+the recorded header stamps and ``frame_id`` passed through (sources without one get ``--frame-id``).
+The frames come from :mod:`vla_edge_ros.clips`, the same source layer the bench reads:
 
-* rosbag2 (.mcap or .db3, a bag directory or the storage file) is read with ``rosbags``
-  (AnyReader + the Jazzy typestore), so no rosbag2 install is needed.  Messages are replayed at the
-  recorded rate (bag receive times / ``--rate``) and keep their header stamps.  Messages that do
-  not deserialize, or are not images, are skipped and counted.
-* A video file (``cv2.VideoCapture``) is replayed at its frame rate (``--fps`` overrides); stamps
-  are synthesized: start wall time + the frame's position in the clip.
-* An image folder (png/jpg/bmp, sorted by name) is replayed at ``--fps``.
+* rosbag2 (.mcap or .db3, a bag folder or its storage file), read with ``rosbags`` (no rosbag2 install
+  needed); messages are published as recorded (any encoding) at the recorded rate (receive times /
+  ``--rate``).  Messages that do not deserialize are skipped and counted.
+* a video file at its frame rate (``--fps`` overrides); damaged frames are skipped and counted, and
+  reading goes on past them; stamps = start wall time + the frame's position in the clip.
+* an image folder (png/jpg/..., sorted by name) at ``--fps`` (default 30); ``synthetic`` / ``synthetic-cut``.
 
-The output topic defaults to the bag topic, else ``/camera/image_raw``; with ``--format
-compressed`` (or a compressed bag and ``auto``) messages are CompressedImage and ``/compressed`` is
-appended to a default topic.  ``--make-bag`` writes a small synthetic bag (moving shapes) used by the
-tests and the demo; :func:`make_test_bag` is the same as a function.
+Exit status: 0 when the source was played; 1 when nothing was published, or a full pass published less
+than ``--min-fraction`` of the frames the source declares (a damaged file); 2 for bad options or a
+source that cannot be opened (one line on stderr).  ``--make-bag DIR`` writes a small synthetic test
+bag (moving shapes); :func:`make_test_bag` is the same as a function.
+
+examples:
+  vla-edge-replay /data/run1_bag --loop
+  vla-edge-replay drive.mp4 --topic /camera/image_raw --rate 0.5 --frame-id front_camera
+  vla-edge-replay frames/ --fps 15 --format compressed --best-effort
+  vla-edge-replay --make-bag /tmp/test_bag --frames 90 --bag-format compressed
 """
 
 from __future__ import annotations
@@ -25,35 +30,22 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import cv2
 import numpy as np
 
-IMAGE_T = "sensor_msgs/msg/Image"
-COMPRESSED_T = "sensor_msgs/msg/CompressedImage"
-IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
-VIDEO_EXT = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg")
+from ..clips import COMPRESSED_T, IMAGE_T, BagClip, ClipError, Counters, Item, is_bag, open_clip
+from .cli import Parser, fail, finite_non_negative, finite_positive
+
 RESYNC_S = 0.5  # when the publisher falls this far behind (e.g. SIGSTOP), restart the schedule
+DEFAULT_TOPIC = "/camera/image_raw"
 
+# Source errors are clip errors: one name for callers that handle either.
+ReplayError = ClipError
 
-class ReplayError(RuntimeError):
-    pass
-
-
-@dataclass
-class Item:
-    """One frame to publish."""
-
-    t_ns: int  # recorded time (bag receive time or frame time): drives the schedule
-    stamp_ns: int  # header stamp to publish
-    frame_id: str
-    kind: str  # "raw" | "compressed"
-    raw: dict | None = None  # Image fields: height, width, encoding, is_bigendian, step, data(bytes)
-    data: bytes | None = None  # CompressedImage payload
-    fmt: str = ""  # CompressedImage format
+__all__ = ["COMPRESSED_T", "IMAGE_T", "Counters", "Item", "ReplayError", "bag_items", "convert", "is_bag",
+           "main", "make_test_bag", "synthetic_frame"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,6 +89,7 @@ def make_test_bag(
     start_ns: int = 1_700_000_000_000_000_000,
     corrupt: tuple[int, ...] = (),
     encoding: str = "rgb8",
+    frame_id: str = "camera",
 ) -> Path:
     """Write a rosbag2 bag of ``frames`` synthetic images at ``fps`` and return its directory.
 
@@ -127,7 +120,7 @@ def make_test_bag(
             if i in corrupt:
                 writer.write(conn, t, b"\x00\x01\x00\x00garbage")
                 continue
-            header = Header(stamp=Time(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000), frame_id="camera")
+            header = Header(stamp=Time(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000), frame_id=frame_id)
             rgb = synthetic_frame(i, height, width)
             if fmt == "raw":
                 img = rgb if encoding == "rgb8" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
@@ -146,130 +139,28 @@ def make_test_bag(
 
 
 # --------------------------------------------------------------------------------------------
-# sources
+# sources (clips.py) and conversion
 # --------------------------------------------------------------------------------------------
 
-class Counters:
-    def __init__(self):
-        self.published = 0
-        self.skipped_corrupt = 0
-        self.skipped_other = 0
-        self.loops = 0
+def bag_items(source, counters: Counters, topic: str | None = None):
+    """The image messages of a bag as :class:`Item` (see clips.BagClip): corrupt ones skipped and counted."""
+    return BagClip(str(source), topic).items(counters)
 
 
-def _bag_paths(source: Path) -> list[Path]:
-    if source.is_dir():
-        return [source]
-    if source.suffix in (".mcap", ".db3"):
-        # AnyReader wants the bag directory when metadata.yaml exists, else the storage file itself
-        if (source.parent / "metadata.yaml").is_file():
-            return [source.parent]
-        return [source]
-    raise ReplayError(f"{source}: not a bag")
-
-
-def is_bag(source: Path) -> bool:
-    if source.is_dir():
-        return (source / "metadata.yaml").is_file() or any(source.glob("*.mcap")) or any(source.glob("*.db3"))
-    return source.suffix in (".mcap", ".db3")
-
-
-def bag_items(source: Path, counters: Counters, topic: str | None = None) -> Iterator[Item]:
-    from rosbags.highlevel import AnyReader
-
-    with AnyReader(_bag_paths(source), default_typestore=_typestore()) as reader:
-        conns = [c for c in reader.connections if c.msgtype in (IMAGE_T, COMPRESSED_T)]
-        if topic:
-            conns = [c for c in conns if c.topic == topic]
-        if not conns:
-            raise ReplayError(
-                f"{source}: no sensor_msgs/Image or CompressedImage topic"
-                + (f" named {topic}" if topic else "")
-                + f" (topics: {sorted({c.topic + ' [' + c.msgtype + ']' for c in reader.connections})})"
-            )
-        conns = [c for c in conns if c.topic == conns[0].topic]  # one camera topic
-        # messages of other topics / types (known or not) are never deserialized: counted as skipped
-        counters.skipped_other += sum(int(getattr(c, "msgcount", 0) or 0) for c in reader.connections
-                                      if c not in conns)
-        for conn, t_ns, rawdata in reader.messages(connections=conns):
-            try:
-                msg = reader.deserialize(rawdata, conn.msgtype)
-                stamp = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
-                data = np.asarray(msg.data, dtype=np.uint8)
-                if conn.msgtype == IMAGE_T:
-                    yield Item(t_ns, stamp, msg.header.frame_id, "raw", raw={
-                        "height": int(msg.height), "width": int(msg.width), "encoding": str(msg.encoding),
-                        "is_bigendian": int(msg.is_bigendian), "step": int(msg.step), "data": data.tobytes()})
-                else:
-                    yield Item(t_ns, stamp, msg.header.frame_id, "compressed", data=data.tobytes(),
-                               fmt=str(msg.format))
-            except Exception:  # noqa: BLE001 - corrupt CDR, wrong fields: skip and count
-                counters.skipped_corrupt += 1
-
-
-def video_items(source: Path, counters: Counters, fps: float | None, base_ns: int) -> Iterator[Item]:
-    cap = cv2.VideoCapture(str(source))
-    if not cap.isOpened():
-        raise ReplayError(f"{source}: cannot open video")
-    try:
-        rate = fps or cap.get(cv2.CAP_PROP_FPS) or 30.0
-        if not (0 < rate < 1000):
-            rate = 30.0
-        i = 0
-        while True:
-            ok, bgr = cap.read()
-            if not ok:
-                break
-            t = int(round(i * 1e9 / rate))
-            rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            yield Item(t, base_ns + t, "camera", "raw", raw=_raw_fields(rgb))
-            i += 1
-        if i == 0:
-            raise ReplayError(f"{source}: no frames decoded")
-    finally:
-        cap.release()
-
-
-def folder_items(source: Path, counters: Counters, fps: float | None, base_ns: int) -> Iterator[Item]:
-    files = sorted(p for p in source.iterdir() if p.suffix.lower() in IMAGE_EXT)
-    if not files:
-        raise ReplayError(f"{source}: no images ({', '.join(IMAGE_EXT)})")
-    rate = fps or 30.0
-    for i, f in enumerate(files):
-        t = int(round(i * 1e9 / rate))
-        blob = f.read_bytes()
-        if f.suffix.lower() in (".jpg", ".jpeg"):
-            yield Item(t, base_ns + t, "camera", "compressed", data=blob, fmt="jpeg")
-            continue
-        bgr = cv2.imdecode(np.frombuffer(blob, np.uint8), cv2.IMREAD_COLOR)
-        if bgr is None:
-            counters.skipped_corrupt += 1
-            continue
-        yield Item(t, base_ns + t, "camera", "raw", raw=_raw_fields(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)))
-
-
-def _raw_fields(rgb: np.ndarray) -> dict:
-    h, w = rgb.shape[:2]
-    return {"height": h, "width": w, "encoding": "rgb8", "is_bigendian": 0, "step": w * 3,
-            "data": np.ascontiguousarray(rgb).tobytes()}
+def _source_kind(source) -> str:
+    """'raw' or 'compressed': what the source holds (bags: the topic's type; everything else raw)."""
+    return getattr(source, "kind", "raw")
 
 
 def convert(item: Item, out_kind: str, jpeg_quality: int = 90) -> Item:
-    """Raw <-> compressed for ``--format``; undecodable payloads raise (the caller counts them)."""
+    """Raw <-> compressed for ``--format``; undecodable payloads raise ImageError (the caller counts them)."""
     if out_kind == item.kind:
         return item
-    from ..nodes.image_convert import decode_compressed, encode_jpeg, image_msg_to_rgb
+    from ..nodes.image_convert import encode_jpeg
 
+    rgb = item.rgb()
     if out_kind == "raw":
-        rgb = decode_compressed(item.data, item.fmt)
-        return Item(item.t_ns, item.stamp_ns, item.frame_id, "raw", raw=_raw_fields(rgb))
-
-    class _M:  # duck-typed Image for image_convert
-        pass
-
-    m = _M()
-    m.__dict__.update(item.raw)
-    rgb = image_msg_to_rgb(m, resize=False)
+        return Item(item.t_ns, item.stamp_ns, item.frame_id, "raw", rgb=rgb)
     return Item(item.t_ns, item.stamp_ns, item.frame_id, "compressed", data=encode_jpeg(rgb, jpeg_quality),
                 fmt="rgb8; jpeg compressed bgr8")
 
@@ -295,56 +186,93 @@ def _make_msg(item: Item):
     return m
 
 
-def _source_kind(source: Path) -> str:
-    if is_bag(source):
-        return "bag"
-    if source.is_dir():
-        return "folder"
-    if source.suffix.lower() in VIDEO_EXT or source.is_file():
-        return "video"
-    raise ReplayError(f"{source}: not found")
+def _int_range(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo}..{hi}, not {v}")
+        return v
+    return parse
 
 
-def _peek_bag_kind(source: Path, topic: str | None) -> str:
-    from rosbags.highlevel import AnyReader
+def check_topic(name: str) -> str | None:
+    """None when ``name`` is a valid ROS 2 topic name, else why not (rcl's own rules, through rclpy)."""
+    from rclpy.exceptions import NameValidationException
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+    from rclpy.validate_topic_name import validate_topic_name
 
-    with AnyReader(_bag_paths(source), default_typestore=_typestore()) as reader:
-        for c in reader.connections:
-            if c.msgtype in (IMAGE_T, COMPRESSED_T) and (not topic or c.topic == topic):
-                return ("raw" if c.msgtype == IMAGE_T else "compressed"), c.topic
-    raise ReplayError(f"{source}: no image topic" + (f" named {topic}" if topic else ""))
+    try:
+        validate_topic_name(name)
+        if not name.startswith("~"):  # the full-name rules (e.g. no '//') as the publisher will check them
+            validate_full_topic_name(name if name.startswith("/") else "/" + name)
+    except NameValidationException as e:
+        return " ".join(str(e).split())
+    return None
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="vla-edge-replay", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__[__doc__.index("examples:"):],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", nargs="?",
+                   help="rosbag2 folder/.mcap/.db3, video file, image folder, synthetic or synthetic-cut")
+    p.add_argument("--topic", help="output topic (default: the bag's topic, else /camera/image_raw, "
+                                   "+ /compressed for compressed output)")
+    p.add_argument("--format", choices=("auto", "raw", "compressed"), default="auto",
+                   help="output message type; auto: as recorded (video/folder/synthetic: raw) (default: auto)")
+    p.add_argument("--rate", type=finite_positive, default=1.0, help="playback speed factor (default: 1.0)")
+    p.add_argument("--loop", action="store_true", help="start again at the end (default: one pass)")
+    qos = p.add_mutually_exclusive_group()
+    qos.add_argument("--best-effort", action="store_true",
+                     help="BEST_EFFORT QoS (the sensor-data profile) instead of RELIABLE (default: reliable)")
+    qos.add_argument("--reliable", action="store_true", help="RELIABLE QoS; this is the default")
+    p.add_argument("--depth", type=_int_range(1, 10000), default=5, help="publisher history depth (default: 5)")
+    p.add_argument("--duration", type=finite_non_negative, default=0.0,
+                   help="stop after this many seconds (default: 0 = no limit)")
+    p.add_argument("--fps", type=finite_positive, default=None,
+                   help="frame rate of image folders and synthetic clips; overrides a video's own rate "
+                        "(default: the video's rate, 30 for folders, 60 for synthetic)")
+    p.add_argument("--frame-id", default="camera",
+                   help="header frame_id for videos, folders and synthetic clips; bags keep their own "
+                        "(default: camera)")
+    p.add_argument("--bag-topic", help="which image topic of the bag to replay (default: the first by name)")
+    p.add_argument("--wait-subscriber", type=finite_non_negative, default=0.0,
+                   help="wait up to this many seconds for a subscriber before starting (default: 0)")
+    p.add_argument("--jpeg-quality", type=_int_range(1, 100), default=90,
+                   help="JPEG quality for --format compressed from raw frames (default: 90)")
+    p.add_argument("--min-fraction", type=float, default=0.5,
+                   help="exit 1 when a full pass publishes less than this fraction of the frames the source "
+                        "declares (default: 0.5)")
+    p.add_argument("--quiet", action="store_true", help="no progress and no summary (default: show them)")
+    g = p.add_argument_group("test bags")
+    g.add_argument("--make-bag", metavar="DIR",
+                   help="write a synthetic bag to DIR (must not exist) and exit (default: replay SOURCE)")
+    g.add_argument("--bag-format", choices=("raw", "compressed"), default="raw",
+                   help="Image (rgb8) or CompressedImage (jpeg) messages (default: raw)")
+    g.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default: mcap)")
+    g.add_argument("--frames", type=_int_range(1, 1_000_000), default=90, help="frames in the bag (default: 90)")
+    g.add_argument("--width", type=_int_range(1, 16384), default=320, help="frame width (default: 320)")
+    g.add_argument("--height", type=_int_range(1, 16384), default=240, help="frame height (default: 240)")
+    return p
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="vla-edge-replay", description=__doc__.split("\n\n")[0])
-    p.add_argument("source", nargs="?", help="rosbag2 dir/.mcap/.db3, video file or image folder")
-    p.add_argument("--topic", help="output topic (default: the bag's topic, else /camera/image_raw[/compressed])")
-    p.add_argument("--format", choices=("auto", "raw", "compressed"), default="auto",
-                   help="output message type (auto: as recorded; video/folder: raw)")
-    p.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
-    p.add_argument("--loop", action="store_true", help="start again at the end")
-    p.add_argument("--reliable", action="store_true", help="RELIABLE QoS (default BEST_EFFORT, sensor data)")
-    p.add_argument("--depth", type=int, default=5, help="publisher history depth")
-    p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: no limit)")
-    p.add_argument("--fps", type=float, default=None, help="frame rate for image folders / override for videos")
-    p.add_argument("--bag-topic", help="which image topic of the bag to replay (default: the first)")
-    p.add_argument("--wait-subscriber", type=float, default=0.0,
-                   help="wait up to this many seconds for a subscriber before starting")
-    p.add_argument("--jpeg-quality", type=int, default=90)
-    p.add_argument("--quiet", action="store_true")
-    g = p.add_argument_group("test bags")
-    g.add_argument("--make-bag", metavar="DIR", help="write a synthetic bag to DIR and exit")
-    g.add_argument("--bag-format", choices=("raw", "compressed"), default="raw")
-    g.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
-    g.add_argument("--frames", type=int, default=90)
-    g.add_argument("--width", type=int, default=320)
-    g.add_argument("--height", type=int, default=240)
+    p = build_parser()
     a = p.parse_args(argv)
     if not a.make_bag and not a.source:
         p.error("SOURCE is required (or --make-bag DIR)")
-    if not (a.rate > 0):
-        p.error("--rate must be > 0")
+    if a.topic is not None:
+        why = check_topic(a.topic)
+        if why:
+            p.error(f"--topic {a.topic!r}: {why}")
     return a
+
+
+def _fail(msg: str, rc: int = 2) -> int:
+    return fail("vla-edge-replay", msg, rc)
 
 
 def main(argv=None) -> int:
@@ -360,76 +288,88 @@ def main(argv=None) -> int:
         try:
             out = make_test_bag(a.make_bag, frames=a.frames, fps=a.fps or 30.0, width=a.width, height=a.height,
                                 fmt=a.bag_format, storage=a.storage, topic=a.topic)
-        except ReplayError as e:
-            print(f"vla-edge-replay: {e}", file=sys.stderr)
-            return 2
+        except (ClipError, OSError) as e:
+            return _fail(str(e))
         print(out)
         return 0
 
-    source = Path(a.source).expanduser()
     try:
-        kind = _source_kind(source)
-        in_kind, bag_topic = _peek_bag_kind(source, a.bag_topic) if kind == "bag" else ("raw", None)
-    except ReplayError as e:
-        print(f"vla-edge-replay: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 - unreadable bag
-        print(f"vla-edge-replay: cannot read {source}: {e}", file=sys.stderr)
-        return 2
+        source = open_clip(a.source, fps=a.fps, topic=a.bag_topic, frame_id=a.frame_id,
+                           n_frames=int(60 * (a.fps or 60.0)))
+    except ClipError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"{a.source}: {e.strerror or e}")
+    in_kind = _source_kind(source)
     out_kind = in_kind if a.format == "auto" else a.format
-    if kind == "folder" and a.format == "auto":
-        out_kind = "raw"
+    bag_topic = getattr(source, "topic", None)
     topic = a.topic or (bag_topic if bag_topic and out_kind == in_kind else None)
     if topic is None:
-        topic = "/camera/image_raw" + ("/compressed" if out_kind == "compressed" else "")
+        topic = DEFAULT_TOPIC + ("/compressed" if out_kind == "compressed" else "")
+    return _publish(a, source, in_kind, out_kind, topic, ros_args)
 
+
+def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[str]) -> int:
     import rclpy
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import CompressedImage, Image
+    from tqdm import tqdm
+
+    from ..nodes.image_convert import ImageError
 
     stop = threading.Event()
 
     def _on_signal(signum, frame):
         stop.set()
 
-    rclpy.init(args=["replay"] + ros_args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=["replay"] + ros_args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as e:  # noqa: BLE001 - bad --ros-args: rcl's message, one line
+        return _fail(f"ROS arguments {' '.join(ros_args[1:])!r}: {str(e).splitlines()[0]}")
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     node = rclpy.create_node("vla_edge_replay")
+    reliable = not a.best_effort
     qos = QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=max(1, a.depth),
-        reliability=ReliabilityPolicy.RELIABLE if a.reliable else ReliabilityPolicy.BEST_EFFORT,
+        history=HistoryPolicy.KEEP_LAST, depth=a.depth,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
         durability=DurabilityPolicy.VOLATILE,
     )
-    pub = node.create_publisher(Image if out_kind == "raw" else CompressedImage, topic, qos)
+    try:
+        pub = node.create_publisher(Image if out_kind == "raw" else CompressedImage, topic, qos)
+    except Exception as e:  # noqa: BLE001 - a name that expands to something invalid (e.g. with --ros-args)
+        node.destroy_node()
+        rclpy.try_shutdown()
+        return _fail(f"topic {topic!r}: {' '.join(str(e).split())}")
     counters = Counters()
     log = (lambda *x: None) if a.quiet else (lambda *x: print("vla-edge-replay:", *x, file=sys.stderr, flush=True))
-    log(f"{source} ({kind}, {in_kind}) -> {topic} [{out_kind}, "
-        f"{'reliable' if a.reliable else 'best_effort'}] rate x{a.rate}{' loop' if a.loop else ''}")
+    expected = getattr(source, "expected", None)
+    log(f"{a.source} ({type(source).__name__}, {in_kind}, {expected or '?'} frames) -> {topic} [{out_kind}, "
+        f"{'reliable' if reliable else 'best_effort'}] rate x{a.rate:g}{' loop' if a.loop else ''}")
 
     if a.wait_subscriber > 0:
         t_end = time.monotonic() + a.wait_subscriber
         while pub.get_subscription_count() == 0 and time.monotonic() < t_end and not stop.is_set():
             time.sleep(0.05)
 
+    progress = tqdm(total=None if a.loop else expected, unit="frame", file=sys.stderr, disable=a.quiet,
+                    mininterval=1.0, desc="vla-edge-replay", leave=False)
     t_begin = time.monotonic()
     deadline = t_begin + a.duration if a.duration > 0 else float("inf")
     wall_base = time.time_ns()
     rc = 0
+    short_pass = None  # (published, declared) of a full pass that fell under --min-fraction
     try:
         while not stop.is_set():
-            if kind == "bag":
-                items = bag_items(source, counters, a.bag_topic or bag_topic)
-                base_stamp = 0
-            else:
-                base_stamp = wall_base  # synthesized stamps keep increasing across loops
-                items = (video_items(source, counters, a.fps, base_stamp) if kind == "video"
-                         else folder_items(source, counters, a.fps, base_stamp))
+            # Synthesized stamps keep increasing across loops; bags keep their recorded stamps.
+            pass_counters = Counters()
+            items = source.items(pass_counters, base_ns=0 if isinstance(source, BagClip) else wall_base)
             first_t = None
             t0 = time.monotonic()
             last_t = 0
             n_this = 0
+            full_pass = True
             for item in items:
                 if first_t is None:
                     first_t = item.t_ns
@@ -442,42 +382,49 @@ def main(argv=None) -> int:
                     target = now
                 if target > deadline:
                     stop.set()
-                    break
-                while not stop.is_set():
-                    d = target - time.monotonic()
-                    if d <= 0:
-                        break
-                    stop.wait(min(d, 0.1))
+                if not stop.is_set():
+                    while not stop.is_set():
+                        d = target - time.monotonic()
+                        if d <= 0:
+                            break
+                        stop.wait(min(d, 0.1))
                 if stop.is_set():
+                    full_pass = False
                     break
                 try:
                     pub.publish(_make_msg(convert(item, out_kind, a.jpeg_quality)))
-                except Exception as e:  # noqa: BLE001 - a payload that cannot be converted / published
-                    counters.skipped_corrupt += 1
+                except (ImageError, ValueError, TypeError) as e:  # a payload that cannot be converted / published
+                    pass_counters.skipped_corrupt += 1
                     log(f"skipped a message: {e}")
                     continue
-                counters.published += 1
                 n_this += 1
+                progress.update(1)
+            counters.published += n_this
+            counters.skipped_corrupt += pass_counters.skipped_corrupt
+            counters.skipped_other += pass_counters.skipped_other
             counters.loops += 1
-            if not a.loop or stop.is_set():
-                break
-            if n_this == 0:
-                log("nothing to publish in the source")
-                rc = 1
+            if full_pass and expected and n_this < a.min_fraction * expected and short_pass is None:
+                short_pass = (n_this, expected)
+            if n_this == 0 or not a.loop or stop.is_set():
                 break
             # keep the recorded spacing across the wrap-around
             frame_gap = last_t / max(1, n_this - 1) / 1e9 / a.rate if n_this > 1 else 0.033
             stop.wait(frame_gap)
             wall_base += int(last_t + frame_gap * 1e9 * a.rate)
-    except ReplayError as e:
-        print(f"vla-edge-replay: {e}", file=sys.stderr)
-        rc = 2
+    except ClipError as e:
+        rc = _fail(str(e))
     finally:
+        progress.close()
         log(f"published {counters.published} messages in {time.monotonic() - t_begin:.1f} s, "
             f"skipped {counters.skipped_corrupt} corrupt and {counters.skipped_other} of other topics/types, "
             f"loops {counters.loops}")
         node.destroy_node()
         rclpy.try_shutdown()
+    if rc == 0 and counters.published == 0:
+        rc = _fail(f"{a.source}: published nothing ({counters.skipped_corrupt} damaged)", 1)
+    elif rc == 0 and short_pass is not None:
+        rc = _fail(f"{a.source}: a full pass published only {short_pass[0]} of {short_pass[1]} frames "
+                   f"({counters.skipped_corrupt} damaged; --min-fraction {a.min_fraction:g})", 1)
     return rc
 
 

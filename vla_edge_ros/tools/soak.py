@@ -19,12 +19,16 @@ Writes ``samples.csv`` and ``summary.json`` into ``--out`` and prints a verdict:
 
 Exit status 0 when the verdict passes, 1 when it fails, 2 when the run could not start.
 
-    vla-edge-soak --minutes 10                      # tiny preset, kv 512 on CPU, generated 60 Hz clip
-    vla-edge-soak --seconds 60 --preset micro --out /tmp/soak
-    vla-edge-soak --minutes 60 --model DIR --source BAG --backend cuda
+Also writes ``samples.png`` (RSS, VRAM and cycle latency over time, the warm-up shaded) beside the CSV,
+and shows a progress bar (elapsed seconds, RSS, cycles, late cycles) on stderr.
 
 Generated assets go to the cache dir of vla-edge-demo ($VLA_EDGE_CACHE, else out/cache in-tree,
 else $XDG_CACHE_HOME/vla_edge_ros); results only to ``--out``.
+
+examples:
+  vla-edge-soak --minutes 10                      # tiny preset, kv 512 on CPU, generated 60 Hz clip
+  vla-edge-soak --seconds 60 --preset micro --out /tmp/soak
+  vla-edge-soak --minutes 60 --model DIR --source BAG --backend cuda -p realtime_priority:=10
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
-from .demo import _child_env, bringup_command, ensure_model, stop_processes
+from .cli import (Parser, check_model_dir, check_out_dir, check_source, fail, finite_non_negative, finite_positive,
+                  positive_int)
+from .outputs import bringup_commands, child_env, ensure_model, stop_processes
 
 CSV_FIELDS = ("t_s", "rss_mb", "vram_mb", "cycles", "model", "fallback", "late", "cycle_ms_p50", "cycle_ms_p99",
               "chunk_ms_p50", "reasons", "diag_cycles", "diag_deadline_misses", "frames_dropped", "frames_published",
@@ -104,6 +111,52 @@ def verdict(summary: dict, max_rss_growth: float, max_vram_growth: float, max_mi
     return bad
 
 
+def _pct_text(x) -> str:
+    return "n/a" if x is None else f"{x:+.2f} %"
+
+
+def write_plot(rows: list[dict], path: Path, warmup_s: float, period_ms: float, summary: dict) -> None:
+    """samples.png: RSS, VRAM and cycle latency (p50/p99 of each second) on one time axis, warm-up shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["t_s"] for r in rows]
+
+    def series(key):
+        return [np.nan if r[key] is None else r[key] for r in rows]
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    panels = [
+        (axes[0], [("rss_mb", "RSS", "tab:blue")], "RSS (MiB)",
+         f"vla_edge RSS: growth {_pct_text(summary.get('rss_growth_pct'))} after warm-up"),
+        (axes[1], [("vram_mb", "VRAM peak", "tab:purple")], "VRAM (MiB)",
+         "VRAM peak (none on the NumPy backend)" if all(r["vram_mb"] is None for r in rows) else
+         f"VRAM peak: growth {_pct_text(summary.get('vram_growth_pct'))} after warm-up"),
+        (axes[2], [("cycle_ms_p50", "cycle p50", "tab:green"), ("cycle_ms_p99", "cycle p99", "tab:orange"),
+                   ("chunk_ms_p50", "chunk p50", "tab:gray")], "ms (per second)",
+         f"cycle latency (tick -> publish); deadline misses {summary.get('deadline_misses')}"),
+    ]
+    for ax, keys, ylabel, title in panels:
+        for key, label, color in keys:
+            ax.plot(t, series(key), label=label, color=color, linewidth=1)
+        ax.axvspan(0, warmup_s, color="0.9", label="warm-up (not judged)")
+        ax.set(ylabel=ylabel, title=title)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[2].axhline(period_ms, color="red", linestyle="--", linewidth=1, label=f"deadline {period_ms:g} ms")
+    late_t = [r["t_s"] for r in rows if r["late"]]
+    if late_t:
+        axes[2].plot(late_t, [period_ms] * len(late_t), "rv", markersize=5, label="second with a late cycle")
+    axes[2].legend(fontsize=7, loc="upper right")
+    axes[2].set_xlabel("time since the first cycle (s)")
+    fig.suptitle(f"vla-edge-soak: {summary.get('verdict', '?').upper()} ({summary.get('backend')}, "
+                 f"{summary.get('duration_s')} s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def ensure_clip(cache: Path, fps: float, width: int, height: int) -> Path:
     from .replay import make_test_bag
 
@@ -117,37 +170,63 @@ def ensure_clip(cache: Path, fps: float, width: int, height: int) -> Path:
     return clip
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="vla-edge-soak", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=None, help="soak length in minutes (default 10)")
-    ap.add_argument("--seconds", type=float, default=None, help="soak length in seconds (overrides --minutes)")
-    ap.add_argument("--warmup", type=float, default=None,
+def build_parser() -> Parser:
+    from ..model.config import PRESETS
+
+    ap = Parser(prog="vla-edge-soak", description=__doc__.split("\n\n")[0],
+                epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=finite_positive, default=None, help="soak length in minutes (default: 10)")
+    ap.add_argument("--seconds", type=finite_positive, default=None,
+                    help="soak length in seconds; overrides --minutes (default: unset)")
+    ap.add_argument("--warmup", type=finite_non_negative, default=None,
                     help="seconds excluded from the growth checks (default: 60, at most a quarter of the run)")
     ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated clip)")
-    ap.add_argument("--fps", type=float, default=60.0, help="frame rate of the generated clip (default 60)")
-    ap.add_argument("--width", type=int, default=320)
-    ap.add_argument("--height", type=int, default=240)
+    ap.add_argument("--fps", type=finite_positive, default=60.0, help="frame rate of the generated clip (default: 60)")
+    ap.add_argument("--width", type=positive_int, default=320, help="width of the generated clip (default: 320)")
+    ap.add_argument("--height", type=positive_int, default=240, help="height of the generated clip (default: 240)")
     ap.add_argument("--model", help="model dir (default: the generated --preset model)")
-    ap.add_argument("--preset", default="tiny", help="tiny (default), micro, small, qwen2.5-1.5b")
-    ap.add_argument("--policy", default="fifo")
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--kv-capacity", type=int, default=None, help="kv_capacity_tokens (default 512 on the NumPy "
-                    "backend, as vla-edge-demo; the config's on CUDA)")
+    ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                    help="model to generate when --model is not given (default: tiny)")
+    ap.add_argument("--policy", default="fifo", choices=("fifo", "sliding_window", "semantic"),
+                    help="KV eviction policy (default: fifo)")
+    ap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"),
+                    help="engine backend (default: auto)")
+    ap.add_argument("--kv-capacity", type=positive_int, default=None,
+                    help="kv_capacity_tokens (default: 512 on the NumPy backend, as vla-edge-demo; the config's "
+                         "on CUDA)")
     ap.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
-                    help="extra vla_edge parameter (repeatable)")
-    ap.add_argument("--out", help="output directory (default ./soak-YYYYmmdd-HHMMSS)")
-    ap.add_argument("--max-rss-growth", type=float, default=2.0, help="percent (default 2)")
-    ap.add_argument("--max-vram-growth", type=float, default=2.0, help="percent (default 2)")
-    ap.add_argument("--max-miss-rate", type=float, default=0.0, help="deadline-miss rate (default 0)")
-    ap.add_argument("--verbose", action="store_true")
+                    help="extra vla_edge parameter, repeatable (default: none)")
+    ap.add_argument("--out", help="output directory, must be new or empty (default: ./soak-YYYYmmdd-HHMMSS)")
+    ap.add_argument("--max-rss-growth", type=finite_non_negative, default=2.0,
+                    help="largest RSS growth after warm-up that passes, percent (default: 2)")
+    ap.add_argument("--max-vram-growth", type=finite_non_negative, default=2.0,
+                    help="largest VRAM growth after warm-up that passes, percent (default: 2)")
+    ap.add_argument("--max-miss-rate", type=finite_non_negative, default=0.0,
+                    help="largest deadline-miss rate that passes (default: 0)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar (default: show it)")
+    ap.add_argument("--verbose", action="store_true",
+                    help="kept for compatibility: the children's logs always go to --out (default: off)")
+    return ap
+
+
+def parse_args(argv=None):
+    ap = build_parser()
     a = ap.parse_args(argv)
     a.duration = a.seconds if a.seconds is not None else 60.0 * (a.minutes if a.minutes is not None else 10.0)
-    if not a.duration > 0:
-        ap.error("the soak needs a positive duration")
     if a.warmup is None:
         a.warmup = min(60.0, a.duration / 4.0)
-    if not 0 <= a.warmup < a.duration:
-        ap.error("--warmup must be >= 0 and shorter than the soak")
+    if not a.warmup < a.duration:
+        ap.error("--warmup must be shorter than the soak")
+    for p in a.param:
+        if ":=" not in p or not p.split(":=", 1)[0]:
+            ap.error(f"-p {p!r}: expected NAME:=VALUE")
+    if any(p.startswith("period_ms:=") for p in a.param):
+        try:
+            a.period_ms = finite_positive([p for p in a.param if p.startswith("period_ms:=")][-1].split(":=", 1)[1])
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"-p period_ms: {e}")
+    else:
+        a.period_ms = 33.0
     return a
 
 
@@ -155,10 +234,11 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     from ..nodes.params import cache_root
 
-    out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        print(f"vla-edge-soak: {out_dir} exists and is not empty", file=sys.stderr)
-        return 2
+    out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().resolve()
+    for problem in (check_out_dir(str(out_dir)), check_source(a.source) if a.source else None,
+                    check_model_dir(a.model) if a.model else None):
+        if problem:
+            return fail("vla-edge-soak", problem)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
@@ -171,26 +251,12 @@ def main(argv=None) -> int:
 
     from ..engine import cuda_available
     from .outputs import OutputListener
-    from .replay import _peek_bag_kind, is_bag
 
-    env = _child_env()
-    node_cmd = bringup_command(model, a.policy, a.backend)
+    env = child_env()
     on_gpu = a.backend == "cuda" or (a.backend == "auto" and cuda_available())
     kv_cap = a.kv_capacity or (None if on_gpu else 512)
-    if kv_cap:
-        node_cmd += ["-p", f"kv_capacity_tokens:={kv_cap}"]
-    src = Path(source)
-    compressed = is_bag(src) and _peek_bag_kind(src, None)[0] == "compressed"
-    if compressed:
-        node_cmd += ["-p", "transport:=compressed"]
-    period_ms = 33.0
-    for p in a.param:
-        node_cmd += ["-p", p]
-        if p.startswith("period_ms:="):
-            period_ms = float(p.split(":=", 1)[1])
-    replay_cmd = [sys.executable, "-m", "vla_edge_ros.tools.replay", source, "--loop", "--quiet"]
-    replay_cmd += ["--topic", "/camera/image_raw/compressed"] if compressed else \
-        ["--format", "raw", "--topic", "/camera/image_raw"]
+    node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, a.param, quiet_replay=True)
+    period_ms = a.period_ms
 
     print(f"[soak] ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} model={model} source={source} "
           f"duration={a.duration:.0f} s warm-up={a.warmup:.0f} s out={out_dir}", flush=True)
@@ -250,7 +316,8 @@ def main(argv=None) -> int:
             w = csv.DictWriter(fcsv, fieldnames=CSV_FIELDS)
             w.writeheader()
             k = 1
-            next_report = 60.0
+            progress = tqdm(total=int(math.ceil(a.duration)), unit="s", file=sys.stderr, disable=a.quiet,
+                            mininterval=2.0, desc="vla-edge-soak", leave=False)
             while True:
                 target = t0 + k
                 time.sleep(max(0.0, target - time.monotonic()))
@@ -290,11 +357,12 @@ def main(argv=None) -> int:
                 fcsv.flush()
                 if node.poll() is not None or now >= a.duration:
                     break
-                if now >= next_report:
-                    next_report += 60.0
-                    print(f"[soak] {now:5.0f} s: rss {rss:.1f} MiB, cycles {totals['cycles']}, model "
-                          f"{totals['model']}, late {totals['late']}, {dict(reason_totals)}", flush=True)
+                progress.update(1)
+                progress.set_postfix_str(f"rss {rss if rss is None else round(rss, 1)} MiB, cycles "
+                                         f"{totals['cycles']}, model {totals['model']}, late {totals['late']}",
+                                         refresh=False)
                 k += 1
+            progress.close()
         t1 = time.monotonic()
         time.sleep(1.5)  # one more /diagnostics roll-up
         with lock:
@@ -338,6 +406,7 @@ def main(argv=None) -> int:
         summary["verdict"] = "pass" if not bad else "fail"
         summary["failures"] = bad
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_plot(rows, out_dir / "samples.png", a.warmup, period_ms, summary)
         rc = 0 if not bad else 1
 
         def f(x, fmt=".2f"):
@@ -360,7 +429,8 @@ def main(argv=None) -> int:
               f"{f(summary['frames_published'], '.0f')}, dropped {f(summary['frames_dropped'], '.0f')}, invalid "
               f"{f(summary['frames_invalid'], '.0f')}")
         print(f"verdict       {summary['verdict'].upper()}" + ("" if not bad else ": " + "; ".join(bad)))
-        print(f"files         {out_dir / 'samples.csv'}, {out_dir / 'summary.json'}", flush=True)
+        print(f"files         {out_dir / 'samples.csv'}, {out_dir / 'samples.png'}, {out_dir / 'summary.json'}",
+              flush=True)
     except KeyboardInterrupt:
         rc = 130
     finally:

@@ -1,0 +1,156 @@
+"""Command-line helpers shared by the tools: checked option types, one-line input checks, atomic output.
+
+Every tool reports a bad option or input with one line on stderr and a non-zero exit status, never a
+traceback: argparse types raise ``ArgumentTypeError`` (argparse prints usage + one line, exit 2), the
+``check_*`` functions return a message or None, and :class:`AtomicOutDir` writes results into a temporary
+folder beside ``--out`` that replaces it only when everything was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are one line (``prog: message (see --help)``), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def finite_positive(text: str) -> float:
+    """argparse type: a finite float > 0 (refuses inf, nan, 0 and negatives)."""
+    v = _number(text)
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
+    return v
+
+
+def finite_non_negative(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    v = _number(text)
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
+    return v
+
+
+def finite_float(text: str) -> float:
+    """argparse type: any finite float."""
+    v = _number(text)
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {v}")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {v}")
+    return v
+
+
+def fail(tool: str, message: str, rc: int = 2) -> int:
+    """Print ``tool: message`` (first line only) to stderr and return ``rc`` for ``sys.exit``."""
+    print(f"{tool}: {str(message).strip().splitlines()[0] if str(message).strip() else 'error'}", file=sys.stderr)
+    return rc
+
+
+def check_source(spec: str) -> str | None:
+    """Why `spec` cannot be opened as a clip (bag, video, image folder, synthetic), or None."""
+    from ..clips import ClipError, open_clip
+
+    try:
+        open_clip(spec)
+    except ClipError as e:
+        return str(e)
+    except OSError as e:
+        return f"{spec}: {e.strerror or e}"
+    return None
+
+
+def check_model_dir(path: str) -> str | None:
+    """Why `path` is not a model directory this package can load (quick checks, before any loading), or None."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        return f"{path}: no such model directory"
+    if not p.is_dir():
+        return f"{path}: not a directory (a model is a folder with config.json and *.safetensors)"
+    if not os.access(p, os.R_OK | os.X_OK):
+        return f"{path}: model directory not readable"
+    if not (p / "config.json").is_file():
+        return f"{path}: no config.json (not an HF-layout model directory)"
+    if not any(p.glob("*.safetensors")):
+        return f"{path}: no *.safetensors weights"
+    return None
+
+
+def check_out_dir(path: str, force: bool = False) -> str | None:
+    """Why `path` cannot take a tool's output folder: a file, a non-empty folder without --force, unwritable."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        return f"--out {path}: is a file, not a folder"
+    if p.is_dir() and any(p.iterdir()) and not force:
+        return f"--out {path}: folder is not empty (use --force to replace its contents)"
+    parent = (p if p.exists() else p.parent).resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        return f"--out {path}: {parent} is not writable"
+    return None
+
+
+class AtomicOutDir:
+    """Write into a temporary folder next to ``path``; :meth:`commit` puts it in place of ``path``.
+
+    Readers never see a half-written report, and a failed run leaves an existing ``path`` untouched.  With
+    ``force`` the old folder is replaced (moved aside, then removed after the rename).
+    """
+
+    def __init__(self, path: str):
+        self.path = Path(path).expanduser().resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
+
+    def commit(self) -> Path:
+        old = None
+        if self.path.exists():
+            old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
+            os.rename(self.path, old)
+        os.rename(self.tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.path
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
