@@ -4,8 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -74,25 +72,35 @@ def test_make_model_is_atomic_when_writing_fails(tmp_path, monkeypatch):
     assert _no_temp_dirs(tmp_path)
 
 
+ABSURD = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1536 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+from vla_edge_ros.model.weights import load_weights
+from vla_edge_ros.model.safetensors_io import ModelLoadError
+t0 = time.perf_counter()
+try:
+    load_weights(sys.argv[1])
+except ModelLoadError as e:
+    print(f"{time.perf_counter() - t0:.3f}|{e}")
+"""
+
+
 def test_absurd_layer_count_is_refused_before_anything_is_built(tmp_path):
+    """Run in a child with 1.5 GB of address space and a deadline, so the bug (expanding 16M layers of tensor
+    names) fails this test in seconds instead of running the machine out of memory."""
     d = mm.make_model(str(tmp_path / "m"), "micro", seed=0)
     p = os.path.join(d, "config.json")
     raw = json.load(open(p))
     raw["num_hidden_layers"] = 16777216
     json.dump(raw, open(p, "w"))
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    with pytest.raises(ModelLoadError) as e:
-        load_weights(d)
-    took = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    msg = str(e.value)
+    env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", ABSURD, d], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and "|" in r.stdout, r.stderr[-2000:]
+    took, msg = r.stdout.strip().split("|", 1)
     assert "config.json" in msg and "num_hidden_layers=16777216" in msg and "hold 1 layers" in msg
     assert "\n" not in msg
-    assert peak < 20 * 2**20, f"peak {peak / 2**20:.1f} MiB"  # 16M layers of tensor names would be gigabytes
-    assert took < 5.0
-    raw["num_hidden_layers"] = 0 + 2  # more layers than stored: the same clear line, not "tensor missing"
+    assert float(took) < 2.0
+    raw["num_hidden_layers"] = 2  # more layers than stored: the same clear line, not "tensor missing"
     json.dump(raw, open(p, "w"))
     with pytest.raises(ModelLoadError, match="num_hidden_layers=2 but the weight files"):
         load_weights(d)
