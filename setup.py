@@ -12,7 +12,7 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.launch.py") + glob("launch/*.launch.yaml")),
-        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.xml")),
+        ("share/" + package_name + "/config", glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.rviz")),
         ("share/" + package_name + "/kernels", glob("kernels/*.cu") + glob("kernels/*.cuh")),
     ],
     # The ROS packages (rclpy, the message packages, launch) come from the ROS install or the

@@ -156,3 +156,24 @@ def test_node_unnamed_and_fast_dds_profile():
     seg = x.find(".//d:transport_descriptor[d:type='SHM']/d:segment_size", ns)
     assert seg is not None and int(seg.text) == 8 * 1024 * 1024
     assert x.find(".//d:participant[@is_default_profile='true']", ns) is not None
+
+
+def test_monitoring_configs_match_what_the_node_publishes():
+    """config/diagnostics_analyzers.yaml expects the status names the node publishes on /diagnostics, and
+    config/vla_edge.rviz shows the debug image with a QoS that matches its publisher (best effort)."""
+    agg = yaml.safe_load((ROOT / "config" / "diagnostics_analyzers.yaml").read_text())
+    params = agg["analyzers"]["ros__parameters"]
+    analyzer = params["vla_edge"]
+    assert analyzer["type"] == "diagnostic_aggregator/GenericAnalyzer"
+    node_src = (ROOT / "vla_edge_ros" / "nodes" / "reasoning_node.py").read_text()
+    for name in analyzer["expected"]:
+        node, what = name.split(": ")
+        assert node == "vla_edge" and f'name=f"{{self.get_name()}}: {what}"' in node_src, name
+        assert any(name.startswith(p) for p in analyzer["startswith"])
+    rviz = yaml.safe_load((ROOT / "config" / "vla_edge.rviz").read_text())
+    (image,) = [d for d in rviz["Visualization Manager"]["Displays"] if d["Class"] == "rviz_default_plugins/Image"]
+    assert image["Topic"]["Value"] == "/vla_edge/debug_image"
+    assert image["Topic"]["Reliability Policy"] == "Best Effort"
+    assert '"~/debug_image", qos_profile_sensor_data' in node_src
+    setup = (ROOT / "setup.py").read_text()
+    assert 'glob("config/*.yaml")' in setup and 'glob("config/*.rviz")' in setup
