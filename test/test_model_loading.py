@@ -209,3 +209,20 @@ def test_header_declaring_more_than_the_file(tmp_path):
     fn.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
     with pytest.raises(ModelLoadError, match="truncated"):
         load_file(str(fn))
+
+
+def test_unreadable_weights_file_is_one_line(tiny, monkeypatch):
+    """PermissionError (EACCES) on a weights file: one ModelLoadError naming it. Tests run as root, which no
+    file mode refuses, so the refusal is injected at the module's `open`."""
+    import builtins
+
+    from vla_edge_ros.model import safetensors_io
+
+    def refusing_open(path, *args, **kwargs):
+        if str(path).endswith(".safetensors"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors_io, "open", refusing_open, raising=False)
+    msg = expect_error(tiny, "model.safetensors", "cannot read", "PermissionError", "Permission denied")
+    assert "\n" not in msg

@@ -54,18 +54,21 @@ def read_header(path) -> tuple[dict[str, TensorInfo], dict, int]:
     if not os.path.isfile(path):
         raise ModelLoadError(path, "file not found")
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise ModelLoadError(path, f"truncated: {size} bytes, no safetensors header")
-        (n,) = struct.unpack("<Q", raw)
-        if n > MAX_HEADER_BYTES or 8 + n > size:
-            raise ModelLoadError(path, f"header length {n} does not fit the file ({size} bytes): truncated or not "
-                                       f"safetensors")
-        try:
-            header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise ModelLoadError(path, f"header is not valid JSON ({type(e).__name__}: {e})") from None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ModelLoadError(path, f"truncated: {size} bytes, no safetensors header")
+            (n,) = struct.unpack("<Q", raw)
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                raise ModelLoadError(path, f"header length {n} does not fit the file ({size} bytes): truncated or not "
+                                           f"safetensors")
+            try:
+                header = json.loads(f.read(n).decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+                raise ModelLoadError(path, f"header is not valid JSON ({type(e).__name__}: {e})") from None
+    except OSError as e:  # PermissionError, EIO, ...: one line naming the file
+        raise ModelLoadError(path, f"cannot read ({type(e).__name__}: {e.strerror or e})") from None
     if not isinstance(header, dict):
         raise ModelLoadError(path, "header is not a JSON object")
     data_offset = 8 + n
@@ -103,7 +106,10 @@ def load_file(path, names=None, mmap=True) -> dict[str, tuple[str, np.ndarray]]:
     infos, _, offset = read_header(path)
     wanted = infos.keys() if names is None else names
     out = {}
-    mm = np.memmap(path, dtype=np.uint8, mode="r") if mmap else np.fromfile(path, dtype=np.uint8)
+    try:
+        mm = np.memmap(path, dtype=np.uint8, mode="r") if mmap else np.fromfile(path, dtype=np.uint8)
+    except OSError as e:
+        raise ModelLoadError(path, f"cannot read ({type(e).__name__}: {e.strerror or e})") from None
     for name in wanted:
         if name not in infos:
             raise ModelLoadError(path, "tensor missing", name)
