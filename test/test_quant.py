@@ -293,6 +293,9 @@ def _groups_weights(raw):
     ("awq", lambda r: r["quantization_config"].update(zero_point=False), ["zero_point=False"]),
     ("awq", lambda r: r["quantization_config"].update(quant_method="gptq"), ["quant_method='gptq'"]),
     ("ct", lambda r: r["quantization_config"].update(format="float-quantized"), ["format='float-quantized'"]),
+    ("ct", lambda r: r["quantization_config"].update(format="mixed-precision") or
+     r["quantization_config"]["config_groups"]["group_0"].update(format="naive-quantized"),
+     ["group_0.format='naive-quantized'"]),
     ("ct", lambda r: _groups_weights(r).update(num_bits=8), ["weights.num_bits=8"]),
     ("ct", lambda r: _groups_weights(r).update(group_size=32), ["weights.group_size=32"]),
     ("ct", lambda r: _groups_weights(r).update(strategy="channel"), ["weights.strategy='channel'"]),
@@ -366,6 +369,23 @@ def test_bad_quantized_tensors_refused(models, tmp_path, kind, tensor, change, f
 
 
 # -- 4. parallel action decoding: the model option and its action queries --------------------------------
+def test_mixed_precision_with_only_pack_quantized_groups_loads(models, tmp_path):
+    d = _copy(models["ct"], tmp_path)
+    _edit_config(d, lambda r: r["quantization_config"].update(format="mixed-precision"))
+    assert load_weights(d).cfg.quant.method == "compressed-tensors"
+
+
+def test_written_quantization_configs_parse_in_compressed_tensors(models):
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.quantization import QuantizationConfig
+    for kind, sym in (("ct", False), ("ct-sym", True)):
+        raw = json.load(open(os.path.join(models[kind], "config.json")))["quantization_config"]
+        qc = QuantizationConfig.model_validate(raw)
+        w = qc.config_groups["group_0"].weights
+        assert (w.num_bits, w.group_size, w.symmetric, w.strategy) == (4, 128, sym, "group")
+        assert qc.format == "pack-quantized" and qc.ignore == ["lm_head"]
+
+
 def test_parallel_model_loads_its_action_queries(tmp_path):
     d = make_model(str(tmp_path / "p"), "micro", seed=SEED % 1000, action_decoding="parallel",
                    quant="compressed-tensors")

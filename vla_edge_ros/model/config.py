@@ -84,7 +84,7 @@ def parse_quant(raw, where) -> QuantConfig | None:
         return QuantConfig("awq", symmetric=False)
     if method == "compressed-tensors":
         fmt = raw.get("format")
-        if fmt != "pack-quantized":
+        if fmt not in ("pack-quantized", "mixed-precision"):  # mixed: each group names its own, checked below
             raise bad(f"format={fmt!r}")
         status = raw.get("quantization_status", "compressed")
         if status != "compressed":
