@@ -53,7 +53,8 @@ def generate_launch_description():
     image_topic = LaunchConfiguration("image_topic")
     args = [
         DeclareLaunchArgument("params_file", default_value=PathJoinSubstitution([pkg, "config", "vla_edge.yaml"]),
-                              description="parameter file for both nodes (default: the installed config/vla_edge.yaml)"),
+                              description="parameter file for both nodes "
+                                          "(default: the installed config/vla_edge.yaml)"),
         DeclareLaunchArgument("image_topic", default_value="/camera/image_raw",
                               description="camera topic (raw); '<image_topic>/compressed' for transport:=compressed"),
         DeclareLaunchArgument("action_topic", default_value="",

@@ -29,9 +29,9 @@ def report(tmp_path_factory):
     estimate over the budget, so a 60 ms period and a probe after 2 refusals keep chunks coming.
     """
     out = tmp_path_factory.mktemp("bench")
-    rc = bench.main(["--clip", "synthetic-cut", "--seconds", "3.5", "--period-ms", "60", "--probe-after", "2", "--camera-hz", "60",
-                     "--backend", "numpy", "--kv-capacity", str(16 + 8 + 6 * 32), "--window-frames", "4",
-                     "--seed", "1", "--out", str(out), "--quiet"])
+    rc = bench.main(["--clip", "synthetic-cut", "--seconds", "3.5", "--period-ms", "60", "--probe-after", "2",
+                     "--camera-hz", "60", "--backend", "numpy", "--kv-capacity", str(16 + 8 + 6 * 32),
+                     "--window-frames", "4", "--seed", "1", "--out", str(out), "--quiet"])
     assert rc == 0
     with open(out / "report.json") as f:
         return out, json.load(f)

@@ -93,7 +93,7 @@ class Item:
         return decode_compressed(self.data, self.fmt)
 
     def model_frame(self) -> np.ndarray:
-        """The 64x128 model input the camera node would make of this message."""
+        """Return the 64x128 model input the camera node would make of this message."""
         if self._rgb is not None:
             return to_model_frame(self._rgb)
         if self.kind == "raw":
@@ -210,7 +210,7 @@ def _typestore():
 
 
 def bag_paths(path: Path) -> list[Path]:
-    """What AnyReader opens: the bag folder when a storage file sits next to its metadata.yaml."""
+    """Return what AnyReader opens: the bag folder when a storage file sits next to its metadata.yaml."""
     if path.is_file() and (path.parent / "metadata.yaml").is_file():
         return [path.parent]
     return [path]
@@ -332,11 +332,12 @@ class SyntheticClip(_Source):
 
 def open_clip(spec: str, *, n_frames: int = 600, cut_at: int | None = None, seed: int = 0, topic: str | None = None,
               fps: float | None = None, frame_id: str = DEFAULT_FRAME_ID):
-    """A frame source from a path or a synthetic name.
+    """Open a frame source from a path or a synthetic name.
 
     `synthetic-cut` cuts at `cut_at` (default: a third of `n_frames`); `fps` is the stamp rate of image
     folders and synthetic clips (default 30 and 60) and overrides a video's own rate; bags carry their own.
-    `frame_id` is the header frame of sources that have none (bags keep theirs)."""
+    `frame_id` is the header frame of sources that have none (bags keep theirs).
+    """
     if fps is not None:
         _positive_fps(fps, spec)
     if spec in SYNTHETIC:

@@ -15,7 +15,7 @@ the admission estimate against the time left, and refused stretches shaded; the 
 is played faster than its own rate or looped, and damaged frames that were skipped.  The report is
 written to a temporary folder and renamed to --out when complete; a non-empty --out is refused unless --force.
 
-examples:
+Usage examples:
   vla-edge-bench --clip synthetic-cut --seconds 10 --out /tmp/bench
   vla-edge-bench --model /models/qwen15b --clip drive.mp4 --clip bag_dir/ --backend cuda --seconds 30 --out h200
   vla-edge-bench --clip synthetic --policies fifo,semantic --period-ms 60 --probe-after 2 --out /tmp/b --force
@@ -292,9 +292,11 @@ def _stretches(ts: list[float], flags: list[bool], period_s: float) -> list[tupl
 
 
 def write_plot(report: dict, series: dict, path: str) -> None:
-    """report.png, one block per clip: what each policy published (outcome bar), then per policy a per-cycle
-    latency timeline (deadline, budget, admission estimate vs the time left, refused stretches shaded) beside
-    the frames its cache retained."""
+    """Draw report.png: per clip, what each policy published, then per policy its cycles over time.
+
+    One block per clip: an outcome bar per policy, then per policy a per-cycle latency timeline (deadline,
+    budget, admission estimate vs the time left, refused stretches shaded) beside the frames its cache retained.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -382,7 +384,7 @@ def build_parser() -> Parser:
     from ..model.config import PRESETS
 
     p = Parser(prog="vla-edge-bench", description=__doc__.splitlines()[0],
-               epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+               epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="HF-layout model dir (default: generate --preset into a temp dir)")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                    help="model preset to generate when --model is omitted (default: tiny)")

@@ -32,7 +32,7 @@ def _number(text: str) -> float:
 
 
 def finite_positive(text: str) -> float:
-    """argparse type: a finite float > 0 (refuses inf, nan, 0 and negatives)."""
+    """Parse an option (argparse type): a finite float > 0 (refuses inf, nan, 0 and negatives)."""
     v = _number(text)
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
@@ -40,7 +40,7 @@ def finite_positive(text: str) -> float:
 
 
 def finite_non_negative(text: str) -> float:
-    """argparse type: a finite float >= 0."""
+    """Parse an option (argparse type): a finite float >= 0."""
     v = _number(text)
     if not math.isfinite(v) or v < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
@@ -48,7 +48,7 @@ def finite_non_negative(text: str) -> float:
 
 
 def finite_float(text: str) -> float:
-    """argparse type: any finite float."""
+    """Parse an option (argparse type): any finite float."""
     v = _number(text)
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
@@ -56,7 +56,7 @@ def finite_float(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """Parse an option (argparse type): an integer >= 1."""
     try:
         v = int(text)
     except ValueError:
@@ -67,7 +67,7 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
+    """Parse an option (argparse type): an integer >= 0."""
     try:
         v = int(text)
     except ValueError:

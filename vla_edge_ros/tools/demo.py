@@ -10,7 +10,7 @@
 Cache: $VLA_EDGE_CACHE, else ``out/cache`` of the source tree when run in-tree, else
 $XDG_CACHE_HOME (~/.cache) / vla_edge_ros.
 
-examples:
+Usage examples:
   vla-edge-demo
   vla-edge-demo --seconds 60 --policy semantic --preset micro
   vla-edge-demo --source /data/run1_bag --model /models/qwen2.5-1.5b-vla --backend cuda
@@ -61,7 +61,7 @@ def build_parser():
     from .cli import Parser, finite_positive, positive_int
 
     ap = Parser(prog="vla-edge-demo", description=__doc__.split("\n\n")[0],
-                epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=finite_positive, default=20.0,
                     help="how long to run after the first action (default: 20)")
     ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated synthetic clip)")

@@ -23,7 +23,7 @@ CAMERA_TOPIC = "/camera/image_raw"
 
 
 def config_file() -> str | None:
-    """The installed config/vla_edge.yaml (ament index), else the source tree's, else None."""
+    """Return the installed config/vla_edge.yaml (ament index), else the source tree's, else None."""
     try:
         from ament_index_python.packages import get_package_share_directory
 
@@ -59,7 +59,7 @@ def bringup_command(model: str, policy: str, backend: str) -> list[str]:
 
 
 def source_is_compressed(source: str) -> bool:
-    """True for a bag whose image topic is CompressedImage (the node then subscribes image/compressed)."""
+    """Tell whether `source` is a bag of CompressedImage (the node then subscribes image/compressed)."""
     from ..clips import BagClip, is_bag
 
     path = Path(source)
@@ -87,7 +87,7 @@ def bringup_commands(model: str, source: str, policy: str = "fifo", backend: str
 
 
 def child_env() -> dict:
-    """The environment for the children: localhost discovery, one BLAS thread, this tree importable."""
+    """Return the children's environment: localhost discovery, one BLAS thread, this tree importable."""
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")  # leave cores to DDS and the camera with the numpy backend

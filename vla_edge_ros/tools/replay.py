@@ -16,7 +16,7 @@ than ``--min-fraction`` of the frames the source declares (a damaged file); 2 fo
 source that cannot be opened (one line on stderr).  ``--make-bag DIR`` writes a small synthetic test
 bag (moving shapes); :func:`make_test_bag` is the same as a function.
 
-examples:
+Usage examples:
   vla-edge-replay /data/run1_bag --loop
   vla-edge-replay drive.mp4 --topic /camera/image_raw --rate 0.5 --frame-id front_camera
   vla-edge-replay frames/ --fps 15 --format compressed --best-effort
@@ -143,7 +143,7 @@ def make_test_bag(
 # --------------------------------------------------------------------------------------------
 
 def bag_items(source, counters: Counters, topic: str | None = None):
-    """The image messages of a bag as :class:`Item` (see clips.BagClip): corrupt ones skipped and counted."""
+    """Return the image messages of a bag as :class:`Item` (clips.BagClip): corrupt ones skipped, counted."""
     return BagClip(str(source), topic).items(counters)
 
 
@@ -215,8 +215,7 @@ def check_topic(name: str) -> str | None:
 
 def build_parser() -> Parser:
     p = Parser(prog="vla-edge-replay", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__[__doc__.index("examples:"):],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+               epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", nargs="?",
                    help="rosbag2 folder/.mcap/.db3, video file, image folder, synthetic or synthetic-cut")
     p.add_argument("--topic", help="output topic (default: the bag's topic, else /camera/image_raw, "

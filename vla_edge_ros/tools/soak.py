@@ -25,7 +25,7 @@ and shows a progress bar (elapsed seconds, RSS, cycles, late cycles) on stderr.
 Generated assets go to the cache dir of vla-edge-demo ($VLA_EDGE_CACHE, else out/cache in-tree,
 else $XDG_CACHE_HOME/vla_edge_ros); results only to ``--out``.
 
-examples:
+Usage examples:
   vla-edge-soak --minutes 10                      # tiny preset, kv 512 on CPU, generated 60 Hz clip
   vla-edge-soak --seconds 60 --preset micro --out /tmp/soak
   vla-edge-soak --minutes 60 --model DIR --source BAG --backend cuda -p realtime_priority:=10
@@ -59,7 +59,7 @@ CSV_FIELDS = ("t_s", "rss_mb", "vram_mb", "cycles", "model", "fallback", "late",
 
 
 def read_rss_mb(pid: int) -> float | None:
-    """VmRSS of a process in MiB (None once it is gone)."""
+    """Return the resident set size (VmRSS) of a process in MiB (None once it is gone)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -89,7 +89,7 @@ def growth_pct(values: list[float], n: int = 10) -> float | None:
 
 
 def verdict(summary: dict, max_rss_growth: float, max_vram_growth: float, max_miss_rate: float) -> list[str]:
-    """The failed checks (empty: pass)."""
+    """Return the failed checks (empty: pass)."""
     bad = []
     g = summary["rss_growth_pct"]
     if g is None:
@@ -174,7 +174,7 @@ def build_parser() -> Parser:
     from ..model.config import PRESETS
 
     ap = Parser(prog="vla-edge-soak", description=__doc__.split("\n\n")[0],
-                epilog=__doc__[__doc__.index("examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=finite_positive, default=None, help="soak length in minutes (default: 10)")
     ap.add_argument("--seconds", type=finite_positive, default=None,
                     help="soak length in seconds; overrides --minutes (default: unset)")
@@ -400,7 +400,7 @@ def main(argv=None) -> int:
             "frames_invalid": _num(d_end.get("frames_invalid")),
             "node_alive": node.poll() is None, "node_exit": node.returncode,
             "late_cycles": [{k: c.get(k) for k in ("t_s", "cycle", "reason", "cycle_ms", "since_scheduled_tick_ms",
-                                                    "jitter_ms", "chunk_ms", "probe")} for c in late_cycles],
+                                                   "jitter_ms", "chunk_ms", "probe")} for c in late_cycles],
         }
         bad = verdict(summary, a.max_rss_growth, a.max_vram_growth, a.max_miss_rate)
         summary["verdict"] = "pass" if not bad else "fail"
