@@ -166,13 +166,14 @@ def to_compressed(t: QuantTensor, symmetric: bool) -> dict[str, np.ndarray]:
 
 # -- round-to-nearest quantizer ------------------------------------------------------------------------
 def quantize_rtn(w: np.ndarray, symmetric: bool = False, scale_dtype: str = "float16",
-                 fmt: str = "compressed-tensors") -> QuantTensor:
+                 fmt: str = "compressed-tensors", clip: np.ndarray | float | None = None) -> QuantTensor:
     """Round-to-nearest per group of 128 input channels.
 
     Asymmetric: the range [min(w, 0), max(w, 0)] maps onto 0..15 with an integer zero point (taking 0 into
     the range keeps the zero point inside 0..15). Symmetric (compressed-tensors convention): scale =
     max|w| / 7.5, signed -8..7, zero point 8. The scale is rounded to the file's 16-bit type first and q is
-    computed from the rounded scale, so (q - z) * s is what the file will say.
+    computed from the rounded scale, so (q - z) * s is what the file will say. `clip` (scalar or [out, in/128],
+    in (0, 1]) shrinks each group's range before rounding (the values outside it saturate); see `search_clip`.
     """
     w = np.asarray(w, dtype=np.float32)
     out, n_in = w.shape
@@ -181,10 +182,11 @@ def quantize_rtn(w: np.ndarray, symmetric: bool = False, scale_dtype: str = "flo
     if not np.isfinite(w).all():
         raise ValueError("weights contain NaN or Inf")
     g = w.reshape(out, n_in // GROUP, GROUP)
+    ratio = np.float32(1.0) if clip is None else np.asarray(clip, np.float32)
     if symmetric:
-        scale = np.abs(g).max(axis=-1) / 7.5
+        scale = np.abs(g).max(axis=-1) * ratio / 7.5
     else:
-        lo, hi = np.minimum(g.min(axis=-1), 0.0), np.maximum(g.max(axis=-1), 0.0)
+        lo, hi = np.minimum(g.min(axis=-1), 0.0) * ratio, np.maximum(g.max(axis=-1), 0.0) * ratio
         scale = (hi - lo) / 15.0
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)  # an all-zero group: any scale gives 0
     scale = _scale_bits_to_f32(_scale_f32_to_bits(scale, scale_dtype), scale_dtype)
@@ -222,3 +224,39 @@ def stored_tensors(prefix: str, t: QuantTensor, method: str,
 def default_scale_dtype(method: str) -> str:
     """What each format's own tool writes: AutoAWQ fp16 scales, llm-compressor the bf16 of the model."""
     return "float16" if method == "awq" else "bfloat16"
+
+
+CLIP_GRID = tuple(np.round(np.arange(1.0, 0.49, -0.05), 2))  # range ratios tried per group, AWQ's auto-clip grid
+
+
+def group_output_error(w: np.ndarray, wq: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """float64 [out, in/128]: sum over the rows of x of (x_g . (w - wq)_g)^2, each group's share of the output
+    error on the activations x [T, in]."""
+    out, n_in = w.shape
+    d = (w - wq).reshape(out, n_in // GROUP, GROUP)
+    xg = np.asarray(x, np.float32).reshape(-1, n_in // GROUP, GROUP)
+    err = np.empty((out, n_in // GROUP))
+    for g in range(n_in // GROUP):
+        y = xg[:, g, :] @ d[:, g, :].T  # [T, out]
+        err[:, g] = np.einsum("to,to->o", y, y, dtype=np.float64)
+    return err
+
+
+def search_clip(w: np.ndarray, x: np.ndarray, symmetric: bool = False, scale_dtype: str = "float16",
+                grid=CLIP_GRID, stats: dict | None = None) -> np.ndarray:
+    """Per group of 128 input channels, the range ratio from `grid` whose round-to-nearest weights give the
+    smallest output error on the calibration activations x [T, in] (AWQ's clip search, without its per-channel
+    activation scaling). With 1.0 in the grid the result is never worse than plain round-to-nearest on x.
+    `stats` (optional) accumulates the summed error of plain round-to-nearest ("rtn") and of the result."""
+    w = np.asarray(w, np.float32)
+    best = np.full((w.shape[0], w.shape[1] // GROUP), np.inf)
+    ratio = np.ones_like(best, dtype=np.float32)
+    for r in grid:
+        err = group_output_error(w, quantize_rtn(w, symmetric, scale_dtype, clip=r).dequantize(), x)
+        if stats is not None and r == 1.0:
+            stats["rtn"] = stats.get("rtn", 0.0) + float(err.sum())
+        better = err < best
+        best[better], ratio[better] = err[better], r
+    if stats is not None:
+        stats["searched"] = stats.get("searched", 0.0) + float(best.sum())
+    return ratio

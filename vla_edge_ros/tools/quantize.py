@@ -2,6 +2,8 @@
 
 Round-to-nearest per group of 128 input channels: asymmetric min/max with a zero point (AWQ gemm, or
 compressed-tensors pack-quantized by default), or symmetric (compressed-tensors with --symmetric).
+With --calib-clip, each group's range is first shrunk by the ratio (1.0 .. 0.5) that gives the smallest
+output error on the activations of frames from that clip (AWQ's clip search, without activation scaling).
 Norms, biases, embeddings, an untied LM head and vision.safetensors stay as they are. config.json gets
 the format's `quantization_config`; tokenizer and other files are copied. The output loads in this
 package and in the format's own library; it is written through a temporary directory and renamed.
@@ -18,10 +20,13 @@ import shutil
 import sys
 import time
 
+import numpy as np
+
+from ..model import ops
 from ..model.config import QuantConfig
-from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, stored_tensors
+from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, search_clip, stored_tensors
 from ..model.safetensors_io import ModelLoadError, OutputDirError, atomic_output_dir, bf16_to_f32, save_file
-from ..model.weights import LAYER_TENSORS, LINEARS, load_weights
+from ..model.weights import LAYER_TENSORS, LINEARS, Weights, load_weights
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
@@ -34,8 +39,47 @@ def _is_weight_file(name: str) -> bool:
     return name in WEIGHT_FILES or (name.startswith("model-") and name.endswith(".safetensors"))
 
 
-def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force: bool = False) -> dict:
-    """Quantize the model in `src` into `out`. Returns counts for the summary line."""
+def calibration_inputs(w: Weights, frames: np.ndarray, max_tokens: int = 256, seed: int = 0):
+    """Yield (layer index, {linear short name: its input activations [<=max_tokens, in]}) for the bf16 model
+    reading `frames` (uint8 [N, 64, 128, 3]) as one causal stream of 32 vision tokens a frame, positions 0..32N-1.
+    Layer by layer, so only one layer's activations are held at a time."""
+    cfg = w.cfg
+    pw, pb, pe = (bf16_to_f32(a) for a in (w.vision.patch_w, w.vision.patch_b, w.vision.pos_embed))
+    x = np.concatenate([ops.vision_encode(f, pw, pb, pe) for f in frames]).astype(np.float32)
+    t, nh, nkv, d = len(x), cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    cos, sin = ops.rope_cos_sin(np.arange(t), d, cfg.rope_theta)
+    allowed = np.tril(np.ones((t, t), bool))
+    pick = np.sort(np.random.default_rng(seed).permutation(t)[:max_tokens])
+    for i, layer in enumerate(w.layers):
+        f = {k: bf16_to_f32(v) for k, v in layer.items()}
+        h = ops.rms_norm(x, f["ln1"], cfg.rms_norm_eps)
+        q = ops.apply_rope(ops.linear(h, f["wq"], f["bq"]).reshape(t, nh, d), cos, sin)
+        k = ops.apply_rope(ops.linear(h, f["wk"], f["bk"]).reshape(t, nkv, d), cos, sin)
+        v = ops.linear(h, f["wv"], f["bv"]).reshape(t, nkv, d)
+        a = ops.attention(q, k.transpose(1, 0, 2), v.transpose(1, 0, 2), allowed).reshape(t, nh * d)
+        x = x + ops.linear(a, f["wo"])
+        h2 = ops.rms_norm(x, f["ln2"], cfg.rms_norm_eps)
+        m = ops.silu_mul(ops.linear(h2, f["wg"]), ops.linear(h2, f["wu"]))
+        yield i, {"wq": h[pick], "wk": h[pick], "wv": h[pick], "wo": a[pick], "wg": h2[pick], "wu": h2[pick],
+                  "wd": m[pick]}
+        x = x + ops.linear(m, f["wd"])
+
+
+def load_calibration_frames(spec: str, n: int) -> np.ndarray:
+    """`n` frames spread over the clip `spec` (a video, image folder, bag, or 'synthetic'), as model frames."""
+    from ..clips import ClipError, load_model_frames, open_clip  # cv2 and the bag reader only when asked for
+
+    try:
+        frames, _ = load_model_frames(open_clip(spec))
+    except ClipError as e:
+        raise QuantizeError(f"--calib-clip: {e}") from None
+    return frames[np.linspace(0, len(frames) - 1, min(n, len(frames))).round().astype(int)]
+
+
+def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force: bool = False,
+                   calib_frames: np.ndarray | None = None, calib_tokens: int = 256) -> dict:
+    """Quantize the model in `src` into `out` (with a clip search on `calib_frames` if given). Returns counts
+    for the summary line."""
     if fmt not in FORMATS:
         raise QuantizeError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
     if symmetric and fmt != "compressed-tensors":
@@ -52,11 +96,16 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
     if w.lm_head is not None:
         tensors["lm_head.weight"] = ("BF16", w.lm_head)
     n_quant = 0
+    stats: dict = {}
+    calib = calibration_inputs(w, calib_frames, calib_tokens) if calib_frames is not None else None
     for i, layer in enumerate(w.layers):
+        acts = next(calib)[1] if calib is not None else {}
         for short, suffix in LAYER_TENSORS.items():
             name = f"model.layers.{i}.{suffix}"
             if short in LINEARS:
-                qt = quantize_rtn(bf16_to_f32(layer[short]), symmetric, sdt, fmt)
+                wf = bf16_to_f32(layer[short])
+                clip = search_clip(wf, acts[short], symmetric, sdt, stats=stats) if acts else None
+                qt = quantize_rtn(wf, symmetric, sdt, fmt, clip=clip)
                 tensors.update(stored_tensors(name[:-len(".weight")], qt, fmt, symmetric))
                 n_quant += 1
             else:
@@ -78,7 +127,8 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
             copied.append(name)
     return {"linears": n_quant, "bytes_in": sum(os.path.getsize(f) for f in w.files),
             "bytes_out": os.path.getsize(os.path.join(out, "model.safetensors")), "copied": copied,
-            "layers": cfg.num_hidden_layers, "config": dataclasses.replace(cfg, quant=quant)}
+            "layers": cfg.num_hidden_layers, "config": dataclasses.replace(cfg, quant=quant),
+            "calib_error": (stats["searched"] / stats["rtn"]) if stats.get("rtn") else None}
 
 
 def main(argv=None) -> int:
@@ -89,15 +139,26 @@ def main(argv=None) -> int:
     p.add_argument("--format", required=True, choices=FORMATS, help="published 4-bit layout to write")
     p.add_argument("--symmetric", action="store_true",
                    help="compressed-tensors only: symmetric 4-bit (scale = max|w|/7.5), no zero points")
+    p.add_argument("--calib-clip", default=None,
+                   help="clip (video, image folder, bag, or 'synthetic') whose frames drive a per-group clip search; "
+                        "default: plain round-to-nearest")
+    p.add_argument("--calib-frames", type=int, default=16, help="frames taken from --calib-clip (32 tokens each)")
+    p.add_argument("--calib-tokens", type=int, default=256, help="activation rows each search uses")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument("--out", required=True, help="output model directory (absent or empty)")
     a = p.parse_args(argv)
+    if a.calib_frames < 1 or a.calib_tokens < 1:
+        p.error("--calib-frames and --calib-tokens must be >= 1")
     t0 = time.perf_counter()
     try:
-        r = quantize_model(a.model, a.out, a.format, a.symmetric, a.force)
+        frames = load_calibration_frames(a.calib_clip, a.calib_frames) if a.calib_clip else None
+        r = quantize_model(a.model, a.out, a.format, a.symmetric, a.force, frames, a.calib_tokens)
     except (QuantizeError, ModelLoadError, OutputDirError, ValueError, OSError) as e:
         print(f"vla-edge-quantize: error: {e}", file=sys.stderr)
         return 2
+    if r["calib_error"] is not None:
+        print(f"clip search on {len(frames)} frames of {a.calib_clip}: calibration output error "
+              f"{r['calib_error']:.3f}x that of plain round-to-nearest")
     print(f"quantized {r['linears']} linears of {r['layers']} layers to 4-bit {a.format}"
           f"{' symmetric' if a.symmetric else ''}: weights {r['bytes_in'] / 2**20:.1f} MiB -> "
           f"{r['bytes_out'] / 2**20:.1f} MiB in {time.perf_counter() - t0:.1f} s; copied "
