@@ -58,11 +58,13 @@ def test_report_is_complete_and_typed(report):
         assert sum(m["fallbacks"].values()) + m["model_actions"] == m["cycles"]
         assert m["cycles"] >= 50 and m["frames_seen"] >= 6, m  # the loop ticked and the model ran
         assert isinstance(m["history_coverage"], float) and -1.0 <= m["history_coverage"] <= 1.0
+        assert m["admission_estimate_ms_p50"] > 0 and 0 < m["admission_budget_ms_p50"] <= 60.0 - 2.0, m
         assert m["frames_retained"] == len(m["retained_camera_frames"]) <= m["frame_capacity"] == 6
         assert m["frames_produced"] >= 180 and m["evictions"] > 0
     assert clip["policies"]["sliding_window"]["frames_retained"] <= 4
     md = (out / "report.md").read_text()
     assert all(f"| {p} |" in md for p in POLICIES) and "synthetic-cut" in md
+    assert "admission estimate / budget p50 ms" in md
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -107,6 +107,11 @@ def history_coverage(embeddings: np.ndarray, produced: int, retained_clip_indice
     return float((counts * best).sum() / produced)
 
 
+def _median(values) -> float | None:
+    xs = [x for x in values if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
 def _quantiles(stats, keys=("p50", "p95", "p99", "max")) -> dict:
     p = stats.percentiles()
     return {k: p[k] for k in keys}
@@ -209,6 +214,9 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "skipped_ticks": skipped,
             "probes": cycle.probes,
             "admission": admission.snapshot(),
+            # what admission predicted against what it had: the estimate's median and the median time left
+            "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
+            "admission_budget_ms_p50": _median(per_cycle["remaining_ms"]),
         }
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
@@ -253,18 +261,21 @@ def write_markdown(report: dict, path: str) -> None:
                f"tokens, window {c['window_frames']} frames, seed {c['seed']}.", "",
              f"Command: `{report['command']}`", ""]
     head = ("| policy | cycles | model | fallback rate | deadline miss | overrun | cycle p50/p99/max ms | "
-            "chunk p50/p99 ms | jitter p99 ms | frame age p50 ms | retained/cap | evictions | coverage |")
+            "chunk p50/p99 ms | admission estimate / budget p50 ms | jitter p99 ms | frame age p50 ms | "
+            "retained/cap | evictions | coverage |")
     for clip in report["clips"]:
         lines += [f"## {clip['name']} ({clip['frames']} frames)", ""]
         lines += [f"Note: {n}." for n in clip.get("notes", [])] + ([""] if clip.get("notes") else [])
-        lines += [head, "|" + "---|" * 13]
+        lines += [head, "|" + "---|" * 14]
         for policy, m in clip["policies"].items():
             fb = ", ".join(f"{k} {v}" for k, v in m["fallbacks"].items() if v)
             lines.append(
                 f"| {policy} | {m['cycles']} | {m['model_actions']} | {m['fallback_rate']:.3f}"
                 f"{' (' + fb + ')' if fb else ''} | {m['deadline_miss_rate']:.3f} | {m['overrun_rate']:.3f} | "
                 f"{_fmt(m['cycle_ms']['p50'])}/{_fmt(m['cycle_ms']['p99'])}/{_fmt(m['cycle_ms']['max'])} | "
-                f"{_fmt(m['chunk_ms']['p50'])}/{_fmt(m['chunk_ms']['p99'])} | {_fmt(m['timer_jitter_ms']['p99'], 2)} | "
+                f"{_fmt(m['chunk_ms']['p50'])}/{_fmt(m['chunk_ms']['p99'])} | "
+                f"{_fmt(m.get('admission_estimate_ms_p50'))} / {_fmt(m.get('admission_budget_ms_p50'))} | "
+                f"{_fmt(m['timer_jitter_ms']['p99'], 2)} | "
                 f"{_fmt(m['frame_age_ms']['p50'])} | {m['frames_retained']}/{m['frame_capacity']} | {m['evictions']} | "
                 f"{_fmt(m['history_coverage'], 4)} |")
         lines.append("")
