@@ -140,8 +140,8 @@ def main(argv=None) -> int:
     p.add_argument("--symmetric", action="store_true",
                    help="compressed-tensors only: symmetric 4-bit (scale = max|w|/7.5), no zero points")
     p.add_argument("--calib-clip", default=None,
-                   help="clip (video, image folder, bag, or 'synthetic') whose frames drive a per-group clip search; "
-                        "default: plain round-to-nearest")
+                   help="clip (video, image folder, bag, or 'synthetic') whose frames drive a per-group clip search "
+                        "(without it: plain round-to-nearest)")
     p.add_argument("--calib-frames", type=int, default=16, help="frames taken from --calib-clip (32 tokens each)")
     p.add_argument("--calib-tokens", type=int, default=256, help="activation rows each search uses")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
