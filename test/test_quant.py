@@ -451,3 +451,14 @@ def test_hf_transformers_loads_symmetric_compressed_tensors_output(models):
     mine = ref.logits(h)
     err = np.max(np.abs(mine - theirs))
     assert err <= 2e-5, err  # correct code: ~2e-6 (float32 summation order); these logits vs the bf16 model: ~0.5
+
+
+def test_every_preset_can_be_4_bit():
+    """make_model --quant works for every preset: each decoder linear's input is a multiple of 128 and its output
+    of 8 (the 1.5B shape: 1536, 256, 8960)."""
+    from vla_edge_ros.model.config import PRESETS
+    from vla_edge_ros.model.weights import layer_shapes
+    for name, cfg in PRESETS.items():
+        for short in LINEARS:
+            out, n_in = layer_shapes(cfg)[short]
+            assert n_in % 128 == 0 and out % 8 == 0, (name, short, out, n_in)
