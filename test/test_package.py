@@ -86,7 +86,7 @@ def known_keys(path: Path = ROOT / "test" / "rosdep_keys_jazzy.txt") -> set[str]
 
 
 def imports(path: Path, top_level_only: bool = False) -> set[str]:
-    """Absolute top-level module names a file imports (all of them, or only those at module level)."""
+    """Return the top-level module names a file imports absolutely (all, or only those at module level)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     nodes = tree.body if top_level_only else ast.walk(tree)
     names = set()

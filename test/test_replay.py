@@ -127,7 +127,7 @@ def test_udacity_bag_reads():
 
 
 def damaged_copy(tmp_path, at: float = 1 / 3, nbytes: int = 200_000, name: str = "damaged.mp4") -> Path:
-    """A copy of the real clip with ``nbytes`` overwritten (deterministic noise) at fraction ``at``."""
+    """Copy the real clip with ``nbytes`` overwritten (deterministic noise) at fraction ``at``."""
     out = tmp_path / name
     data = bytearray(CLIP.read_bytes())
     start = int(len(data) * at)
