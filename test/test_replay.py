@@ -395,3 +395,15 @@ def test_demo_and_soak_fail_politely(tmp_path, tool):
     mod = importlib.import_module(f"vla_edge_ros.tools.{tool}")
     parser = mod.build_parser()
     assert options_without_default(parser) == []
+
+
+def test_soak_plot_shows_rss_vram_and_latency(tmp_path):
+    from vla_edge_ros.tools import soak
+
+    rows = [{"t_s": float(t), "rss_mb": 100.0 + 0.01 * t, "vram_mb": None, "cycle_ms_p50": 5.0,
+             "cycle_ms_p99": 9.0 if t != 7 else 40.0, "chunk_ms_p50": 4.0, "late": int(t == 7)} for t in range(1, 21)]
+    summary = {"rss_growth_pct": 0.1, "vram_growth_pct": None, "deadline_misses": 1, "verdict": "fail",
+               "backend": "numpy", "duration_s": 20.0}
+    soak.write_plot(rows, tmp_path / "samples.png", 5.0, 33.0, summary)
+    png = (tmp_path / "samples.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
