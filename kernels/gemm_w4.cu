@@ -8,9 +8,14 @@
 // straddles a 128-group): acc += s[n] * (X . (q - z)). Twin: ops.linear on QuantTensor.dequantize().
 #include "common.cuh"
 
-__device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, int z) {  // elements 2p, 2p+1 of a word, as bf16
-    const int lo = (int)((w >> (8 * p)) & 15u) - z, hi = (int)((w >> (8 * p + 4)) & 15u) - z;
-    return (__float_as_uint((float)lo) >> 16) | (__float_as_uint((float)hi) & 0xffff0000u);
+// Elements 2p, 2p+1 of a word (the two nibbles of byte p) minus the zero, as a bf16 pair: the byte is copied into
+// both halves, each half's nibble OR 0x4300 is the bf16 of 128 + n (ulp 1 in [128, 256)), and one bf16x2
+// subtraction of 128 + z leaves n - z, exact for these small integers. zz = bf16x2 bits of (128 + z, 128 + z).
+__device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, unsigned zz) {
+    const unsigned v = __byte_perm(w, 0u, 0x4040u | (unsigned)p | ((unsigned)p << 8));  // 0x00bb00bb
+    const unsigned t = (v & 0x0000000Fu) | ((v >> 4) & 0x000F0000u) | 0x43004300u;
+    const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
+    return *(const unsigned*)&d;
 }
 
 __device__ __forceinline__ float w4g_scale(unsigned sz, int sbf) {
@@ -27,7 +32,7 @@ __device__ __forceinline__ unsigned wsel(const uint4& a, const uint4& b, int i) 
 template <int MT>
 struct W4Chunk {
     uint2 b[2];         // [n-tile]: 16 nibbles of row n0 + j*8 + r at k0 + q*16
-    int z[2];           // zero of that row's group
+    unsigned zz[2];     // bf16x2 bits of (128 + z, 128 + z) for that row's group
     uint4 a[MT][2][2];  // [m-tile][row r / r+8][half]
 };
 
@@ -41,7 +46,8 @@ __device__ __forceinline__ void w4_load_chunk(W4Chunk<MT>& c, const bf16_t* __re
         const size_t row = (size_t)(n0 + j * 8 + r);
         const unsigned* p = Q + row * (K >> 3) + (k0 >> 3) + q * 2;
         asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(c.b[j].x), "=r"(c.b[j].y) : "l"(p));
-        c.z[j] = (int)((__ldg(SZ + row * (K >> 7) + (k0 >> 7)) >> 16) & 15u);
+        const unsigned z128 = 0x4300u | ((__ldg(SZ + row * (K >> 7) + (k0 >> 7)) >> 16) & 15u);  // bf16(128 + z)
+        c.zz[j] = z128 | (z128 << 16);
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -63,8 +69,8 @@ __device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[2]
         for (int j = 0; j < 2; ++j) {
             // bf16 pair i (elements 2i, 2i+1 of the lane's 16) = nibbles 2(i&3), 2(i&3)+1 of word i>>2
             const int i0 = 2 * s, i1 = 2 * s + 1;
-            b0[j] = w4_bfpair(i0 < 4 ? c.b[j].x : c.b[j].y, i0 & 3, c.z[j]);
-            b1[j] = w4_bfpair(i1 < 4 ? c.b[j].x : c.b[j].y, i1 & 3, c.z[j]);
+            b0[j] = w4_bfpair(i0 < 4 ? c.b[j].x : c.b[j].y, i0 & 3, c.zz[j]);
+            b1[j] = w4_bfpair(i1 < 4 ? c.b[j].x : c.b[j].y, i1 & 3, c.zz[j]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {

@@ -6,7 +6,7 @@
 // atomics for long rows). Lane l of a warp reads word c = l + 32u (u < KV) of a row: 4-byte coalesced loads,
 // 8 elements each, so a segment is 256*KV elements as in gemv.cu; RB rows (gate/up: row pairs) are in flight per
 // warp to keep as many bytes in flight as the bf16 kernels with a quarter of the bytes per row.
-// The dequantization is exact: per word, s * (sum_k q_k x_k - z * sum_k x_k) (q, z small integers).
+// Per word: s * (sum_k (16 + q_k) x_k - (16 + z) sum_k x_k), q and z small integers (3 ops an element).
 // Kernel names: w4_{qkv,gateup,proj}_<KV>. Twins: ops.rms_norm, ops.linear on QuantTensor.dequantize()
 // (+ bias, + residual), ops.silu_mul; the q/k/v kernel also writes k/v (bf16) into the token's slot.
 #include "common.cuh"
@@ -25,8 +25,11 @@ __device__ __forceinline__ float w4_scale(unsigned sz, int sbf) {
     return sbf ? __uint_as_float(b << 16) : __half2float(__ushort_as_half((unsigned short)b));
 }
 
-__device__ __forceinline__ float w4_nib(unsigned w, int k) {  // (float)((w >> 4k) & 15) without I2F
-    return __uint_as_float(0x4B000000u | ((w >> (4 * k)) & 15u)) - 8388608.f;
+// 16 + nibble k of w, as a float, in two integer ops: the nibble placed at bits 19..22 is the mantissa of a float
+// in [16, 32) (ulp 2^-19), so 0x41800000 | (n << 19) = 16 + n exactly.
+__device__ __forceinline__ float w4_nib16(unsigned w, int k) {
+    const unsigned t = (4 * k <= 19) ? (w << (19 - 4 * k)) : (w >> (4 * k - 19));
+    return __uint_as_float(0x41800000u | (t & 0x00780000u));
 }
 
 // word `wo + lane + 32u` (u < KV) of row m, and its group's scale/zero word; zeros past N
@@ -54,11 +57,13 @@ __device__ __forceinline__ float w4_dot(const unsigned (&w)[KV], const unsigned 
     float s = 0.f;
 #pragma unroll
     for (int u = 0; u < KV; ++u) {
+        // sum (16 + q_k) x_k - (16 + z) sum x_k = sum (q_k - z) x_k; the offset 16 costs ~5x float rounding at
+        // most (|16 + q| <= 31 against |q - z| of a few), far inside the GEMV's fp32 error
         float d = 0.f;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) d = fmaf(w4_nib(w[u], k), xr[u][k], d);
-        const float z = (float)((sz[u] >> 16) & 15u);
-        s = fmaf(w4_scale(sz[u], sbf), fmaf(-z, xs[u], d), s);
+        for (int k = 0; k < 8; ++k) d = fmaf(w4_nib16(w[u], k), xr[u][k], d);
+        const float z16 = (float)(16u + ((sz[u] >> 16) & 15u));
+        s = fmaf(w4_scale(sz[u], sbf), fmaf(-z16, xs[u], d), s);
     }
     return s;
 }
@@ -248,7 +253,7 @@ __device__ __forceinline__ void w4_proj_body(const float* __restrict__ a, const 
 }
 
 #define W4_RB 4
-#define W4_RB_PAIRS 2
+#define W4_RB_PAIRS 1
 
 #define W4_INSTANCES(KV)                                                                                          \
     extern "C" __global__ void __launch_bounds__(W4_THREADS, 2) w4_qkv_##KV(                                      \
@@ -259,7 +264,7 @@ __device__ __forceinline__ void w4_proj_body(const float* __restrict__ a, const 
         w4_qkv_body<KV, W4_RB>(x, ln, eps, Q, SZ, sbf, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off,   \
                                cap, D);                                                                           \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(W4_THREADS, 1) w4_gateup_##KV(                                   \
+    extern "C" __global__ void __launch_bounds__(W4_THREADS, 2) w4_gateup_##KV(                                   \
         const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, const unsigned* __restrict__ Qg,   \
         const unsigned* __restrict__ SZg, const unsigned* __restrict__ Qu, const unsigned* __restrict__ SZu,     \
         int sbf, int K, int I, float* __restrict__ act) {                                                         \

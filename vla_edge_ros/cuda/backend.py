@@ -41,7 +41,7 @@ i32, f32 = np.int32, np.float32
 # decode GEMV shapes: KV = 16-byte (bf16) or 4-byte (4-bit) chunks per lane per K segment. q/k/v and gate/up take
 # the whole row (the norm needs all of x); the o / down projections split K into segments of at most this many.
 PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
-W4_RB = {"qkv": 4, "gateup": 2, "o": 4, "down": 4}  # rows (gate/up: pairs) in flight per warp (gemv_w4.cu)
+W4_RB = {"qkv": 4, "gateup": 1, "o": 4, "down": 4}  # rows (gate/up: pairs) in flight per warp (gemv_w4.cu)
 
 
 def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:

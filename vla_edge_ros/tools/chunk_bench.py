@@ -81,6 +81,33 @@ def breakdown(cp, be, reps=50) -> dict:
     return out
 
 
+def prefill_breakdown(cp, be, reps=30) -> dict:
+    """Device time of the prefill captured alone, with kernel families left out (cache as left)."""
+    out = {}
+    families = {"all": [], "no_gemm": ["gemm_*"], "no_attention": ["attn_*"], "no_norm": ["rmsnorm_bf16"],
+                "no_kv_write": ["kv_write"], "no_silu": ["silu_mul_bf16"],
+                "only_gemm": ["attn_*", "rmsnorm_bf16", "kv_write", "silu_mul_bf16"]}
+    real = be.launch.k
+    s = be.stream
+    for name, skip in families.items():
+        be.launch.k = _Skip(real, skip)
+        be.launch.barrier()
+        s.begin_capture()
+        be._prefill_layers(be.lay.tokens, 32)
+        g = s.end_capture()
+        be.launch.k = real
+        for _ in range(3):
+            g.launch(s)
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(s)
+        for _ in range(reps):
+            g.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        out[name] = round(cp.cuda.get_elapsed_time(e0, e1) / reps, 4)
+    return out
+
+
 def pct(a, q):
     return float(np.percentile(np.asarray(a), q))
 
@@ -102,7 +129,8 @@ def main(argv=None) -> int:
     p.add_argument("--vram-ceiling-gb", type=float, default=8.0, help="start-up VRAM ceiling (default 8.0)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--breakdown", action="store_true",
-                   help="also time one decode pass as a graph with kernel families left out (differences = cost)")
+                   help="also time one decode pass and the prefill as graphs with kernel families left out "
+                        "(differences = cost)")
     a = p.parse_args(argv)
 
     dev = cp.cuda.Device()
@@ -171,8 +199,11 @@ def main(argv=None) -> int:
         res[k] = {kk: round(v, 3) for kk, v in res[k].items()}
     boards = edge.load_boards()
     res["projection"] = {bn: edge.project(cb, b, efficiency=min(1.0, eff)) for bn, b in boards.items()}
-    if a.breakdown and not parallel:
-        res["breakdown_pass_ms"] = breakdown(cp, be)
+    if a.breakdown:
+        if not parallel:
+            res["breakdown_pass_ms"] = breakdown(cp, be)
+        res["breakdown_prefill_ms"] = prefill_breakdown(cp, be)
+        print("BREAKDOWN " + json.dumps({k: v for k, v in res.items() if k.startswith("breakdown")}))
     print("RESULTS " + json.dumps(res, default=str))
     print(f"\n| metric | value |\n|---|---|\n| device | {name}, copy {bw:.0f} GB/s |")
     print(f"| model | {res['weights']}, {res['action_decoding']} |")
