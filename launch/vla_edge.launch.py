@@ -5,7 +5,7 @@
     ros2 launch vla_edge_ros vla_edge.launch.py params_file:=my.yaml namespace:=robot1 log_level:=debug
 
 The parameter arguments (model_path, make_tiny_model, policy, backend, transport, qos_reliability,
-use_sim_time) are empty by default and then set nothing: the value comes from params_file.  Given on
+use_sim_time, autostart) are empty by default and then set nothing: the value comes from params_file.  Given on
 the command line they override it.  Parameters go to the process as, in this order, ``--params-file
 <params_file>`` and one ``-p name:=value`` per given argument (rcl applies them in order, the last
 wins); both are scoped to the group below.  launch_yaml's file does exactly the same
@@ -32,8 +32,10 @@ PARAM_ARGS = {
     "transport": "raw | compressed (camera input)",
     "qos_reliability": "best_effort (live camera) | reliable (bag replay)",
     "use_sim_time": "true | false: follow /clock (bag replay with --clock)",
+    "autostart": "true | false: configure and activate the lifecycle node at start-up; false: wait for a "
+                 "lifecycle manager",
 }
-BOOL_PARAMS = ("make_tiny_model", "use_sim_time")
+BOOL_PARAMS = ("make_tiny_model", "use_sim_time", "autostart")
 
 
 def _given(name):

@@ -68,5 +68,11 @@ for f in "$root/launch/vla_edge.launch.py" "$root/launch/vla_edge.launch.yaml"; 
   $check "$f" make_tiny_model:=True backend:=numpy --expect vla_edge:policy=fifo \
     --expect vla_edge:kv_capacity_tokens=4096 --expect vla_camera:qos_reliability=best_effort \
     --action-topic /vla_edge/action 2>&1 | grep -E '^(ok |BAD|launch service)' || rc=1
+  echo "== $(basename "$f"): autostart:=false leaves the lifecycle node unconfigured (parameters still answer)"
+  $check "$f" make_tiny_model:=1 backend:=numpy autostart:=false --expect vla_edge:autostart=false \
+    --expect vla_edge:make_tiny_model=true 2>&1 | grep -E '^(ok |BAD|launch service)' || rc=1
 done
+echo "== test/test_launch.py with the real launch packages importable (nothing skipped)"
+python -m pytest -q -p no:cacheprovider -rs "$root/test/test_launch.py" 2>&1 | tail -n 1
+python -m pytest -q -p no:cacheprovider -rs "$root/test/test_launch.py" > /dev/null 2>&1 || rc=1
 exit $rc

@@ -23,8 +23,9 @@ yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
 PY = ROOT / "launch" / "vla_edge.launch.py"
 YAML = ROOT / "launch" / "vla_edge.launch.yaml"
-PARAMS = ("model_path", "make_tiny_model", "policy", "backend", "transport", "qos_reliability", "use_sim_time")
-BOOLS = ("make_tiny_model", "use_sim_time")
+PARAMS = ("model_path", "make_tiny_model", "policy", "backend", "transport", "qos_reliability", "use_sim_time",
+          "autostart")
+BOOLS = ("make_tiny_model", "use_sim_time", "autostart")
 OTHER_ARGS = ("params_file", "image_topic", "action_topic", "namespace", "log_level")
 
 
@@ -103,7 +104,7 @@ def test_yaml_sets_a_parameter_only_when_its_argument_is_given():
 def test_py_sets_a_parameter_only_when_its_argument_is_given():
     assert set(py_param_args()) == set(PARAMS)
     src = PY.read_text()
-    assert re.search(r"BOOL_PARAMS = \(\"make_tiny_model\", \"use_sim_time\"\)", src)
+    assert re.search(r"BOOL_PARAMS = \(\"make_tiny_model\", \"use_sim_time\", \"autostart\"\)", src)
     node = _calls("Node")
     assert len(node) == 1
     kwargs = {k.arg for k in node[0].keywords}
