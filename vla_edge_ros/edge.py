@@ -30,7 +30,14 @@ SAFETY_MARGIN_MS = 2.0
 # Fraction of copy bandwidth the engine reaches over a whole chunk (chunk bytes / chunk time / copy bandwidth),
 # by weight format, from a measured run on a GPU (see efficiency_from_measurement). None: not measured yet, and
 # projections are floors at 100 % of the bandwidth.
-MEASURED_EFFICIENCY: dict[str, float | None] = {"bf16": None, "w4": None}
+# Keys: weight format, "-parallel" for parallel action decoding. Measured on an NVIDIA H200 (copy 4.2 TB/s),
+# 2026-11-30, qwen2.5-1.5b shape, full 4096-slot cache, 64-token prompt, 200 chunks (bash bench/gpu_call4.sh:
+# chunk_bench --model DIR --chunks 200 --breakdown): chunk bytes / device chunk p50 / copy bandwidth. On the H200
+# the chunk is bound by its chain of ~170-280 dependent kernels, not by bytes, so these fractions are low and a
+# projection with them is pessimistic for a board where the bytes dominate; the floor (1.0) is the optimistic
+# bound, and plan/chunk_bench print both.
+MEASURED_EFFICIENCY: dict[str, float | None] = {"bf16": 0.499, "w4": 0.150, "bf16-parallel": 0.194,
+                                                "w4-parallel": 0.044}
 FLOOR_NOTE = "floor at 100 % of bandwidth (no measured efficiency): real chunks take longer"
 PEAK_NOTE = "vendor peak bandwidth: a copy reaches less, so the time is optimistic"
 
@@ -257,12 +264,14 @@ def project(bytes_by_phase: dict, board: Board, efficiency: float | None = None,
     """Projected time per phase and chunk on ``board``: bytes / (board bandwidth x efficiency).
 
     ``efficiency`` (0 < e <= 1): the fraction of copy bandwidth the engine reached on the GPU it was measured
-    on. None: MEASURED_EFFICIENCY for the chunk's weight format, else 1.0 and the result says it is a floor.
+    on. None: MEASURED_EFFICIENCY for the chunk's weight format and decoding, else 1.0 and the result says it
+    is a floor.
     The verdict compares the chunk with ``period_ms - safety_margin_ms``.
     """
     basis = "given"
     if efficiency is None:
-        efficiency = MEASURED_EFFICIENCY.get(bytes_by_phase.get("weights"))
+        key = bytes_by_phase.get("weights", "") + ("-parallel" if bytes_by_phase.get("decoding") == "parallel" else "")
+        efficiency = MEASURED_EFFICIENCY.get(key)
         basis = "measured"
     if efficiency is None:
         efficiency, basis = 1.0, "floor"
