@@ -185,8 +185,11 @@ def test_hostile_config_is_parsed_as_data_only(tiny, tmp_path):
     (d / "configuration_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     raw = json.loads((d / "config.json").read_text())
     raw.update(auto_map={"AutoConfig": "configuration_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.M"},
-               trust_remote_code=True, __class__="os.system", _name_or_path="$(rm -rf ~)",
-               quantization_config={"nested": [1, {"deep": "x" * 1000}]})
+               trust_remote_code=True, __class__="os.system", _name_or_path="$(rm -rf ~)")
+    # a quantization_config this runtime cannot run is refused in one line (the model is not run unquantized)
+    (d / "config.json").write_text(json.dumps(dict(raw, quantization_config={"nested": [1, {"deep": "x" * 1000}]})))
+    with pytest.raises(ModelLoadError, match="quantization_config"):
+        ModelConfig.from_dir(str(d))
     (d / "config.json").write_text(json.dumps(raw))
     cfg = ModelConfig.from_dir(str(d))
     assert cfg == PRESETS["tiny"]
@@ -284,7 +287,8 @@ def test_bag_with_unknown_message_types_is_replayed_and_they_are_counted(tmp_pat
                 w.write(cam, it.t_ns, b"\x00\x01\x00\x00 not an image")  # corrupt image message
                 continue
             msg = ts.types[img_t](header=ts.types["std_msgs/msg/Header"](
-                stamp=ts.types["builtin_interfaces/msg/Time"](sec=it.stamp_ns // 10 ** 9, nanosec=it.stamp_ns % 10 ** 9),
+                stamp=ts.types["builtin_interfaces/msg/Time"](sec=it.stamp_ns // 10 ** 9,
+                                                              nanosec=it.stamp_ns % 10 ** 9),
                 frame_id="camera"), height=16, width=32, encoding="rgb8", is_bigendian=0, step=96,
                 data=np.frombuffer(it.raw["data"], np.uint8).copy())
             w.write(cam, it.t_ns, ts.serialize_cdr(msg, img_t))

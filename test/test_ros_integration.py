@@ -627,6 +627,7 @@ def test_engine_error_becomes_an_error_fallback(domain, tiny_model):
                args=["--ros-args", "-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=512"])
     fb = FrameBuffer()
     node = ReasoningNode(fb, engine_factory=factory, context=ctx)
+    assert node.autostart(), node.startup_error  # configure + activate, as the bringup does
     got = []
     lst = rclpy.create_node("l", context=ctx)
     lst.create_subscription(DiagnosticStatus, "/vla_edge/cycle", lambda m: got.append((kv(m), m.level)),

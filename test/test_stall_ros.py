@@ -16,7 +16,7 @@ from test_ros_integration import Listener, domain, procs, start_vla_edge, tiny_m
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
-def test_a_stopped_process_reports_missed_cycles_and_the_gap(domain, tmp_path, procs, tiny_model):
+def test_a_stopped_process_reports_missed_cycles_and_the_gap(domain, tmp_path, procs, tiny_model):  # noqa: F811
     node = start_vla_edge(procs, domain, tmp_path, tiny_model, {})
     lst = Listener(domain)
     try:

@@ -36,21 +36,23 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import gc
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .admission import AdmissionController, PhaseTimings
-from .constants import ACTION_TOKENS
+from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W
 from .frame_buffer import FrameBuffer
 from .metrics import CycleStats
 
 FALLBACK_MODES = ("zero", "hold")
 # Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
-# "non_finite": the last guard before publishing found NaN/inf in the action or its twist (see `finalize`).
+# "non_finite": the last guard before publishing found NaN/inf in the action or its twist (see `finalize`);
+# "inactive": the one zero action published when the caller stops (see `stop_outcome`).
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-           "non_finite")
+           "non_finite", "inactive")
 TWIST_COMPONENTS = 6
 
 
@@ -58,6 +60,60 @@ def twist_components(action: np.ndarray, twist_map, twist_scale) -> list[float]:
     """The six twist components: action[twist_map[j]] * twist_scale[j] (index -1 or out of range: 0.0)."""
     n = len(action)
     return [float(action[i]) * float(k) if 0 <= int(i) < n else 0.0 for i, k in zip(twist_map, twist_scale)]
+
+
+class WarmupInterrupted(RuntimeError):
+    """`warm_up` stopped between chunks because the caller asked it to (a shutdown request)."""
+
+
+def warm_up(engine, chunks: int, should_stop=lambda: False, seed: int = 0) -> list:
+    """Run `chunks` dry chunks and return their PhaseTimings; then the engine forgets those frames.
+
+    Chunk by chunk, so a shutdown request (`should_stop()` true) is seen between chunks instead of after
+    all of them (WarmupInterrupted). The last chunk goes through `engine.submit`, i.e. the worker thread
+    that runs the live chunks, so that thread's first chunk (thread-local CUDA state, first-call
+    allocations) is not the first chunk of a control cycle. Engines without `run_chunk` get `warmup(n)`."""
+    if chunks <= 0:
+        return []
+    if not hasattr(engine, "run_chunk"):
+        return list(engine.warmup(chunks) or [])
+    rng = np.random.default_rng(seed)
+    timings = []
+    for i in range(chunks):
+        if should_stop():
+            raise WarmupInterrupted(f"interrupted after {i} of {chunks} warm-up chunks")
+        frame = rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
+        last = i == chunks - 1 and hasattr(engine, "submit")
+        res = engine.submit(frame).result() if last else engine.run_chunk(frame)
+        timings.append(res.timings)
+    engine.warmup(0)  # no dry chunk: only the reset, so the live stream starts with an empty history
+    return timings
+
+
+def settle_after_warmup() -> None:
+    """Call once after warm-up, before the first control cycle: one full garbage collection now, then
+    everything alive is moved out of the collector's generations (gc.freeze). Loading a model and warming
+    up allocate many long-lived objects; without this the first full (generation-2) collection over them
+    is triggered by ordinary allocations some cycles later, inside a cycle's budget. Later collections
+    only scan objects created after this point."""
+    gc.collect()
+    gc.freeze()
+
+
+def deadline_warning(estimate_ms: float, period_ms: float, safety_margin_ms: float, kv_capacity_tokens: int,
+                     backend: str) -> str | None:
+    """None when the admission estimate fits the cycle's budget, else one line that says so and names the
+    parameters that would fix it: such a configuration refuses (nearly) every cycle."""
+    budget = period_ms - safety_margin_ms
+    if not (estimate_ms > budget):
+        return None
+    fixes = [f"lower kv_capacity_tokens (now {kv_capacity_tokens}; attention cost grows with it)",
+             f"raise period_ms above {estimate_ms + safety_margin_ms:.1f}"]
+    if backend != "cuda":
+        fixes.append(f"use backend cuda on a GPU (now {backend})")
+    return (f"chunk estimate {estimate_ms:.2f} ms after warm-up exceeds the budget {budget:.2f} ms "
+            f"(period_ms {period_ms:g} - safety_margin_ms {safety_margin_ms:g}): admission will refuse the "
+            f"model; " + ", or ".join(fixes))
 
 
 @dataclass
@@ -271,6 +327,14 @@ class ReasoningCycle:
         if self._last_model is not None and not np.isfinite(self._last_model[0]).all():
             self._last_model = None
         return [0.0] * TWIST_COMPONENTS
+
+    def stop_outcome(self, stamp_ns: int | None = None, t0: float | None = None) -> CycleOutcome:
+        """The one action to publish when the caller stops its cycle (e.g. a node deactivated): a zero
+        action (fallback `inactive`, whatever the fallback mode), and `hold` starts from zero afterwards."""
+        t0 = self.clock() if t0 is None else t0
+        self._last_action = np.zeros(ACTION_TOKENS, np.float32)
+        return CycleOutcome("fallback", "inactive", self._last_action, stamp_ns, -1, None, 0.0, t0, t0 + self.period_s,
+                            scheduled=t0)
 
     def record_published(self, outcome: CycleOutcome, t_publish: float | None = None) -> bool:
         """Record a published outcome in `stats`; returns True if it was late (after the deadline)."""

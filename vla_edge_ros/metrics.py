@@ -158,7 +158,6 @@ class CycleStats:
         }
 
 
-
 class VramSampler:
     """Background thread tracking the peak of used GPU memory (bytes).
 

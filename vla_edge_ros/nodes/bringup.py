@@ -1,9 +1,14 @@
 """vla_edge: CameraNode + ReasoningNode in one process, sharing one FrameBuffer (DESIGN.md §3).
 
 Each node spins on its own SingleThreadedExecutor in its own thread, so a slow reasoning step can
-never stall the camera callback.  SIGINT / SIGTERM stop both cleanly (timers cancelled, engine
-worker drained, nodes destroyed, context shut down).  Impossible parameters print one message and
-exit with status 2.
+never stall the camera callback.  The reasoning node is a lifecycle node: with ``autostart`` (default
+true) its executor thread configures (model, engine, warm-up) and activates it before spinning; with
+``autostart:=false`` it waits in 'unconfigured' for ``ros2 lifecycle set /vla_edge configure`` /
+``activate``.  The main thread only waits for a signal, so SIGINT / SIGTERM stop the process promptly
+in every state (a configure in progress gives up between warm-up chunks): timers cancelled, executors
+stopped, the shutdown transition (one zero action if active, engine released), nodes destroyed,
+context shut down, exit 0.  Impossible parameters print one message and exit with status 2; a model or
+engine that cannot start, one message and status 3.
 
     vla_edge --ros-args --params-file config/vla_edge.yaml -r image:=/camera/image_raw
     python -m vla_edge_ros.nodes.bringup --ros-args -p make_tiny_model:=true
@@ -46,14 +51,18 @@ def main(argv=None) -> int:
     from ..frame_buffer import FrameBuffer
     from .camera_node import CameraNode
     from .params import ParamError
-    from .reasoning_node import ReasoningNode, StartupError
+    from .reasoning_node import ReasoningNode
 
     args = sys.argv if argv is None else argv
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
+    nodes: list = []
 
     def _on_signal(signum, frame):
         stop.set()
+        for n in nodes:  # a configure in progress (model load, warm-up) gives up within ~50 ms
+            if getattr(n, "abort", None) is not None:
+                n.abort.set()
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
@@ -71,34 +80,33 @@ def main(argv=None) -> int:
                 raise ParamError(f"{cam_err}; {e}") from None
             raise
         reasoning = ReasoningNode(fb, camera=camera)
+        nodes.append(reasoning)
+        if stop.is_set():
+            reasoning.abort.set()
     except ParamError as e:
         print(f"vla_edge: invalid parameters: {e}", file=sys.stderr, flush=True)
         _teardown(rclpy, [camera, reasoning])
         return EXIT_BAD_PARAMS
-    except StartupError as e:
-        print(f"vla_edge: {e}", file=sys.stderr, flush=True)
-        _teardown(rclpy, [camera, reasoning])
-        return EXIT_STARTUP
     except KeyboardInterrupt:
         _teardown(rclpy, [camera, reasoning])
         return 130
-    if stop.is_set():  # a signal arrived during warm-up
-        _teardown(rclpy, [camera, reasoning])
-        return 0
 
+    # Both executors spin from the start, so the lifecycle services answer at once. With autostart the
+    # reasoning thread configures (model, engine, warm-up) and activates the node before it spins; the main
+    # thread only waits, so SIGINT/SIGTERM are handled within ~0.2 s in every state.
+    startup: dict = {}
     executors = []
     threads = []
     for name, node in (("camera", camera), ("reasoning", reasoning)):
         ex = SingleThreadedExecutor()
         ex.add_node(node)
         prio = int(reasoning.p.get("realtime_priority", 0)) if node is reasoning else 0
-        t = threading.Thread(target=_spin, args=(ex, stop, name, prio), name=f"exec-{name}", daemon=True)
+        before = (lambda: _autostart(reasoning, stop, startup)) if node is reasoning else None
+        t = threading.Thread(target=_spin, args=(ex, stop, name, prio, before), name=f"exec-{name}", daemon=True)
         executors.append(ex)
         threads.append(t)
     for t in threads:
         t.start()
-    camera.start()
-    reasoning.get_logger().info("vla_edge running (camera and reasoning executors started)")
     try:
         while not stop.wait(0.2):
             if not all(t.is_alive() for t in threads):
@@ -107,6 +115,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         pass
     stop.set()
+    reasoning.abort.set()
     # Timers first, then the executors (a tick in flight finishes), and only then the engine: closing the
     # engine under a running tick would turn a clean shutdown into an engine_error fallback.
     reasoning.stop_timers()
@@ -114,14 +123,42 @@ def main(argv=None) -> int:
         ex.shutdown(timeout_sec=2.0)
     for t in threads:
         t.join(timeout=2.0)
-    reasoning.stop()
+    code = 0
+    err = startup.get("error")
+    if err is not None:
+        print(f"vla_edge: {'invalid parameters: ' if isinstance(err, ParamError) else ''}{err}", file=sys.stderr,
+              flush=True)
+        code = EXIT_BAD_PARAMS if isinstance(err, ParamError) else EXIT_STARTUP
     _teardown(rclpy, [camera, reasoning])
-    return 0
+    return code
 
 
-def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0) -> None:
+def _autostart(reasoning, stop: threading.Event, startup: dict) -> bool:
+    """configure + activate on the reasoning executor thread (before it spins). A failure stops the process:
+    the main thread prints the one-line reason and exits 2 (parameters) or 3 (model, engine)."""
+    if stop.is_set():
+        return False
+    if reasoning.autostart():
+        if reasoning.p["autostart"]:
+            reasoning.get_logger().info("vla_edge running (camera and reasoning executors started, node active)")
+        return True
+    if reasoning.startup_error is not None:
+        startup["error"] = reasoning.startup_error
+    stop.set()
+    return False
+
+
+def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0, before=None) -> None:
     from rclpy.executors import ExternalShutdownException
 
+    if before is not None:
+        try:
+            if not before():
+                return
+        except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
+            print(f"vla_edge: {name} start-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            stop.set()
+            return
     if realtime_priority > 0:
         # On a busy CPU the thread that waits for a chunk wakes milliseconds late; real-time priority lets
         # it preempt the engine worker, the camera and other processes the moment its wait ends.
@@ -145,7 +182,7 @@ def _teardown(rclpy, nodes) -> None:
             continue
         try:
             if hasattr(n, "stop"):
-                n.stop()
+                n.stop()  # the reasoning node: shutdown transition (one zero action if active, engine released)
             n.destroy_node()
         except Exception:  # noqa: BLE001
             pass

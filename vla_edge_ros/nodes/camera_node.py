@@ -59,7 +59,7 @@ class CameraNode(Node):
         self.sub = None
 
     def start(self) -> None:
-        """Subscribe to the camera (bringup calls this once the reasoning side is warmed up)."""
+        """Subscribe to the camera (the reasoning node calls this when it activates, i.e. once warmed up)."""
         if self.sub is not None:
             return
         qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])

@@ -56,15 +56,19 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
     Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0, tunable=True),
     Spec("reprobe_after_s", 2.0, "After this long with every chunk refused, run one chunk in the background (its "
-         "action unused, the refusal still published on time) so the cost EMAs can recover; 0 disables.", 0.0, 3600.0, tunable=True),
+         "action unused, the refusal still published on time) so the cost EMAs can recover; 0 disables.",
+         0.0, 3600.0, tunable=True),
     Spec("kv_capacity_tokens", 4096, "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
          1, 1 << 20),
     Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICIES),
     Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
-    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0, tunable=True),
-    Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.", choices=BACKENDS),
+    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0,
+         tunable=True),
+    Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.",
+         choices=BACKENDS),
     Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
-    Spec("make_tiny_model", False, "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
+    Spec("make_tiny_model", False,
+         "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
     Spec("vram_ceiling_gb", 8.0, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.", 0.01, 4096.0),
     Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
          choices=FALLBACKS, tunable=True),
@@ -82,7 +86,10 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, so the deadline "
          "guard wakes on time on a busy CPU; 0: normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; "
          "refused -> a warning and normal scheduling.", 0, 99),
-    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0, tunable=True),
+    Spec("autostart", True, "Configure and activate the (lifecycle) node at start-up; false: it waits in "
+         "'unconfigured' for lifecycle transitions (ros2 lifecycle set /vla_edge configure, then activate)."),
+    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0,
+         tunable=True),
 )
 
 CAMERA_SPECS: tuple[Spec, ...] = (
@@ -91,7 +98,8 @@ CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
          "(bag replay).", choices=RELIABILITIES),
     Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
-    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0, tunable=True),
+    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0,
+         tunable=True),
 )
 
 

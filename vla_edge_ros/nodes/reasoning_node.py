@@ -1,4 +1,5 @@
-"""ReasoningNode: the deadline-bound reasoning cycle (DESIGN.md §4) and its ROS outputs (§8).
+"""ReasoningNode: the deadline-bound reasoning cycle (DESIGN.md §4) and its ROS outputs (§8), as a managed
+(lifecycle) node.
 
 The cycle itself is ``vla_edge_ros.cycle.ReasoningCycle`` (ROS-free, shared with vla-edge-bench);
 this node owns the steady-clock timer (own executor thread) and translates each CycleOutcome into
@@ -8,10 +9,24 @@ messages:
   the source frame, for a fallback the latest frame's stamp, "now" before the first frame;
 * ``~/action_vector`` (Float32MultiArray, labels in layout.dim), ``~/cycle`` (DiagnosticStatus:
   source, reason, frame seq/age, latency breakdown, tokens; OK model / WARN fallback / ERROR
-  overrun, engine_error), ``/diagnostics`` (1 Hz roll-up), ``~/debug_image`` (only when subscribed).
+  overrun, engine_error, non_finite), ``/diagnostics`` (1 Hz roll-up), ``~/debug_image`` (only when subscribed).
+
+Lifecycle (rclpy.lifecycle; ``ros2 lifecycle set /vla_edge <transition>``):
+
+* configure: resolve and check the model (capacity against its prompt), build the engine (VRAM plan),
+  warm up, seed the admission EMAs. The heavy part runs on a helper thread at normal scheduling; a
+  shutdown request (``abort``) ends the transition within ~50 ms, between warm-up chunks at the latest.
+* activate: the control timer starts, the camera subscribes, ``~/action`` and ``~/action_vector``
+  (lifecycle publishers) publish.
+* deactivate: one zero action (reason ``inactive``) is published, then the timer stops and the motion
+  topics are disabled; the engine stays warm.
+* cleanup / shutdown: the engine is closed and dropped (GPU memory returned to the device).
+
+``autostart`` (default true): the bringup configures and activates the node itself, as one command.
+``~/cycle``, ``/diagnostics`` (with ``lifecycle_state``) and ``~/debug_image`` are plain publishers.
 
 Reasons: fresh, repeat (model); no_frame, stale_frame, repeat (no model action yet), refused, busy,
-overrun, engine_error (fallback).  No exception leaves the timer callback.
+overrun, engine_error, non_finite, inactive (fallback).  No exception leaves the timer callback.
 
 Run-time parameters: period_ms, safety_margin_ms, ema_alpha, tail_k, reprobe_after_s,
 max_frame_age_ms, fallback, twist_map, twist_scale, action_frame_id and debug_image_max_hz may be set
@@ -21,7 +36,7 @@ nothing (params.py ``check_update``). The others are read-only.
 Test-only fault injection: when the environment variable ``VLA_EDGE_TEST_FAULT_FILE`` names a path,
 every chunk raises ``RuntimeError("injected fault (VLA_EDGE_TEST_FAULT_FILE)")`` inside the engine
 (after its cache plan, before the backend runs) while that file exists; the node logs a warning at
-start-up. Never set it on a robot: it exists so that tests can make a real engine fail mid-chunk.
+configure. Never set it on a robot: it exists so that tests can make a real engine fail mid-chunk.
 
 Re-probing: EMAs that only ever refuse never learn that the engine got faster again (CPU contention
 gone, a one-off outlier).  After ``reprobe_after_s`` of refusals in a row one chunk runs in the
@@ -31,7 +46,9 @@ nothing waits for the probe, its action is never used, and later ticks say ``bus
 
 from __future__ import annotations
 
+import gc
 import os
+import threading
 import time
 import traceback
 
@@ -39,15 +56,15 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import TwistStamped
 from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from ..admission import AdmissionController
 from ..constants import ACTION_TOKENS, VISION_TOKENS
+from ..cycle import ReasoningCycle, WarmupInterrupted, deadline_warning, settle_after_warmup, warm_up
 from ..frame_buffer import FrameBuffer
-from ..cycle import ReasoningCycle
 from ..metrics import VramSampler
 from .image_convert import render_debug
 from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
@@ -58,11 +75,16 @@ OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.E
 ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")
 TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection, see the module docstring
 FALLBACK_REASONS = ("no_frame", "stale_frame", "repeat", "refused", "busy", "cold", "overrun", "engine_error",
-                    "internal_error", "non_finite")
+                    "internal_error", "non_finite", "inactive")
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
 
 class StartupError(RuntimeError):
     """The node cannot start (model, engine, plan): one clear message."""
+
+
+class ConfigureInterrupted(RuntimeError):
+    """A shutdown request ended the configure transition."""
 
 
 def ensure_tiny_model(seed: int = 0, preset: str = "tiny") -> str:
@@ -87,69 +109,256 @@ def engine_error_message(e: BaseException, model_path: str, backend: str, capaci
     return msg
 
 
-class ReasoningNode(Node):
+def _normal_scheduling() -> None:
+    """Threads inherit their creator's scheduling: a helper started from a SCHED_FIFO executor thread drops
+    back to normal scheduling, so the engine worker it creates never runs at real-time priority."""
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
+class ReasoningNode(LifecycleNode):
     def __init__(self, frame_buffer: FrameBuffer, camera=None, node_name: str = "vla_edge",
                  engine_factory=None, validate_only: bool = False, **kwargs):
         super().__init__(node_name, **kwargs)
         self.fb = frame_buffer
         self.camera = camera
-        raw = declare_and_read(self, REASONING_SPECS)
+        self._engine_factory = engine_factory
+        self._raw = raw = declare_and_read(self, REASONING_SPECS)
         self.p = p = validate_reasoning(raw)
+        self.engine = self.cycle = self.admission = self.stats = self.vram = None
+        self.timer = self.diag_timer = None
+        self.lifecycle_state = "unconfigured"
         if validate_only:  # bringup collects every node's parameter problems before giving up
             return
+        self.abort = threading.Event()  # set on SIGINT/SIGTERM: a configure in progress gives up
+        self.startup_error: Exception | None = None  # why the last configure failed
+        self.backend_name = p["backend"]
+        self.model_path = p["model_path"]
         self.period_s = p["period_ms"] / 1000.0
-
-        model_path = p["model_path"]
-        if not model_path:  # validate_reasoning guarantees make_tiny_model here
-            model_path = ensure_tiny_model()
-            self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
-        self.model_path = model_path
-
-        t_load = time.monotonic()
-        # capacity check before any allocation: it needs the prompt length, which the model dir fixes
-        validate_reasoning(dict(raw, model_path=model_path), prompt_tokens=self._prompt_tokens(model_path))
-        self.engine = self._make_engine(engine_factory)
-        self._install_test_fault()
-        self.admission = AdmissionController(
-            period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"], ema_alpha=p["ema_alpha"],
-            prefill_tokens=VISION_TOKENS, decode_tokens=ACTION_TOKENS, tail_k=p["tail_k"],
-        )
-        self._warmup(p["warmup_chunks"])
-        self.vram = VramSampler(interval_s=0.5)  # whole-device peak when a GPU is present, else idle
-        self.vram.start()
-        self.cycle = ReasoningCycle(
-            self.engine, self.fb, self.admission, period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
-            max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"], probe_after=self._probe_after(),
-        )
-        self.stats = self.cycle.stats
         self._cycle_index = 0
         self._thumbs: dict[int, np.ndarray] = {}
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._prev_counts: dict[str, int] = {}
+        self._admission_warning: str | None = None
         self._labels = [str(x) for x in p["action_labels"]]  # read-only: the vector layout is built once
         self._vector_dims = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
         self._twist_map = [int(i) for i in p["twist_map"]]
         self._twist_scale = [float(s) for s in p["twist_scale"]]
 
-        # --- interface ---
+        # --- interface: the motion topics are lifecycle publishers (silent unless active) ---
         reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_action = self.create_publisher(TwistStamped, "~/action", reliable)
-        self.pub_vector = self.create_publisher(Float32MultiArray, "~/action_vector", reliable)
+        self.pub_action = self.create_lifecycle_publisher(TwistStamped, "~/action", reliable)
+        self.pub_vector = self.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.pub_debug = self.create_publisher(Image, "~/debug_image", qos_profile_sensor_data)
-        steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.timer = self.create_timer(self.period_s, self._on_tick, clock=steady)
-        self.diag_timer = self.create_timer(p["diagnostics_period_s"], self._on_diagnostics, clock=steady)
+        self.diag_timer = self.create_timer(p["diagnostics_period_s"], self._on_diagnostics,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params)
+        self._guard_change_state_service()
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    def autostart(self) -> bool:
+        """configure + activate when the ``autostart`` parameter is true (the one-command start). False when
+        a transition failed: ``startup_error`` says why (None after an interruption)."""
+        if not self.p["autostart"]:
+            self.get_logger().info("autostart is false: waiting in 'unconfigured' for lifecycle transitions "
+                                   "(ros2 lifecycle set /vla_edge configure, then activate)")
+            return True
+        return self.trigger_configure() == SUCCESS and self.trigger_activate() == SUCCESS
+
+    def _guard_change_state_service(self) -> None:
+        """rclpy's ~/change_state handler raises on a transition the current state does not have (e.g. activate
+        while unconfigured), and the exception would end the executor's spin: answer success=false instead."""
+        svc = getattr(self, "_service_change_state", None)
+        if svc is None:
+            return
+        inner = svc.callback
+
+        def guarded(req, resp):
+            try:
+                return inner(req, resp)
+            except Exception as e:  # noqa: BLE001 - rclpy's RCLError: not a transition of this state
+                self.get_logger().warn(f"lifecycle transition {req.transition.id} '{req.transition.label}' refused "
+                                       f"in state '{self.lifecycle_state}': {e}")
+                resp.success = False
+                return resp
+
+        svc.callback = guarded
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.startup_error = None
+        t_start = time.monotonic()
+        try:
+            model_path, engine, admission, timings = self._in_helper_thread(self._build)
+        except ConfigureInterrupted:
+            self.get_logger().warn("configure interrupted by a shutdown request")
+            return FAILURE
+        except (ParamError, StartupError) as e:
+            self.startup_error = e
+        except Exception as e:  # noqa: BLE001 - anything else is a start-up error too, in one line
+            self.startup_error = StartupError(f"configure failed: {type(e).__name__}: {e}")
+        if self.startup_error is not None:
+            self.get_logger().error(f"configure failed: {self.startup_error}")
+            return FAILURE
+        self.model_path, self.engine, self.admission = model_path, engine, admission
+        self.backend_name = self._backend_name(engine)
+        self.vram = VramSampler(interval_s=0.5)  # whole-device peak when a GPU is present, else idle
+        self.vram.start()
+        p = self.p
+        self.cycle = ReasoningCycle(
+            engine, self.fb, admission, period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
+            max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"], probe_after=self._probe_after(),
+        )
+        self.stats = self.cycle.stats
+        self._prev_counts = {}
+        self.lifecycle_state = "inactive"
         self.get_logger().info(
-            f"ready in {time.monotonic() - t_load:.1f} s: backend {self.backend_name}, model {model_path}, "
+            f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path}, "
             f"period {p['period_ms']} ms, margin {p['safety_margin_ms']} ms, policy {p['policy']}, "
             f"capacity {p['kv_capacity_tokens']} tokens, fallback {p['fallback']}; "
-            f"chunk estimate {self.admission.estimate_ms():.2f} ms"
+            f"chunk estimate {admission.estimate_ms():.2f} ms ({len(timings)} warm-up chunks)"
         )
+        self._check_deadline()
+        return SUCCESS
+
+    def _check_deadline(self) -> None:
+        """WARN (log and /diagnostics) when the warmed-up estimate can never fit the budget."""
+        p = self.p
+        self._admission_warning = deadline_warning(self.admission.estimate_ms(), p["period_ms"], p["safety_margin_ms"],
+                                                   p["kv_capacity_tokens"], self.backend_name)
+        if self._admission_warning:
+            self.get_logger().warn(self._admission_warning)
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
+        self.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
+        self.period_s = self.p["period_ms"] / 1000.0
+        self.timer = self.create_timer(self.period_s, self._on_tick, clock=Clock(clock_type=ClockType.STEADY_TIME))
+        if self.camera is not None:
+            self.camera.start()
+        self.lifecycle_state = "active"
+        self.get_logger().info("active: control timer running, camera subscribed, publishing actions")
+        return ret
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_motion()
+        self.lifecycle_state = "inactive"
+        self.get_logger().info("inactive: one zero action published, motion output stopped; the engine stays warm")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        self.lifecycle_state = "unconfigured"
+        self.get_logger().info("cleaned up: engine closed and released")
+        return SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.timer is not None:
+            self._stop_motion()
+        self._release()
+        self.lifecycle_state = "finalized"
+        return SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        self.lifecycle_state = "unconfigured"
+        return SUCCESS
+
+    def _stop_motion(self) -> None:
+        """Stop the control timer and publish one zero action while the motion topics are still enabled."""
+        self._destroy_timer("timer")
+        if self.cycle is not None:
+            latest = self.fb.latest()
+            self._publish(self.cycle.stop_outcome(latest.stamp_ns if latest is not None else None))
+
+    def _destroy_timer(self, name: str) -> None:
+        t = getattr(self, name, None)
+        if t is not None:
+            t.cancel()
+            self.destroy_timer(t)
+            setattr(self, name, None)
+
+    def _release(self) -> None:
+        """Close the engine and drop every reference to it (cleanup, shutdown, error)."""
+        self._destroy_timer("timer")
+        if self.vram is not None:
+            self.vram.stop()
+        if self.cycle is not None:
+            self.cycle.drain(timeout=1.0)  # a late chunk still running: let it land (bounded)
+        self.engine_shutdown()
+        self.engine = self.cycle = self.admission = None
+        self._thumbs.clear()
+        gc.collect()
+        if self.backend_name == "cuda":  # hand the freed blocks back to the device, not only to CuPy's pool
+            try:
+                import cupy
+
+                cupy.get_default_memory_pool().free_all_blocks()
+                cupy.get_default_pinned_memory_pool().free_all_blocks()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    def _in_helper_thread(self, fn):
+        """Run fn() on a helper thread at normal scheduling and wait for it, giving up (ConfigureInterrupted)
+        within ~50 ms of ``abort``; an abandoned helper stops at its next warm-up chunk."""
+        box: dict = {}
+
+        def run():
+            _normal_scheduling()
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = e
+
+        t = threading.Thread(target=run, name="vla-configure", daemon=True)
+        t.start()
+        while t.is_alive():
+            t.join(0.05)
+            if self.abort.is_set():
+                raise ConfigureInterrupted("shutdown requested")
+        if "error" in box:
+            if isinstance(box["error"], WarmupInterrupted):
+                raise ConfigureInterrupted(str(box["error"]))
+            raise box["error"]
+        return box["value"]
+
+    def _build(self):
+        """The heavy part of configure (helper thread): model, capacity check, engine, warm-up."""
+        p = self.p
+        model_path = p["model_path"]
+        if not model_path:  # validate_reasoning guarantees make_tiny_model here
+            model_path = ensure_tiny_model()
+            self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
+        # capacity check before any allocation: it needs the prompt length, which the model dir fixes
+        validate_reasoning(dict(self._raw, model_path=model_path), prompt_tokens=self._prompt_tokens(model_path))
+        engine = self._make_engine(self._engine_factory, model_path)
+        try:
+            self._install_test_fault(engine)
+            admission = AdmissionController(
+                period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"], ema_alpha=p["ema_alpha"],
+                prefill_tokens=VISION_TOKENS, decode_tokens=ACTION_TOKENS, tail_k=p["tail_k"],
+            )
+            try:
+                timings = warm_up(engine, p["warmup_chunks"], should_stop=self.abort.is_set)
+            except WarmupInterrupted:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise StartupError(f"engine warm-up failed: {type(e).__name__}: {e}") from e
+            # the first chunk carries compile/first-touch costs: seed from the steady-state ones
+            for t in timings[1:] if len(timings) > 1 else timings:
+                admission.update(t)
+            settle_after_warmup()
+        except BaseException:
+            _close(engine)
+            raise
+        return model_path, engine, admission, timings
 
     # --- run-time parameters --------------------------------------------------------------------------
 
@@ -158,20 +367,24 @@ class ReasoningNode(Node):
         return max(0, int(round(p["reprobe_after_s"] * 1000.0 / p["period_ms"]))) if p["reprobe_after_s"] > 0 else 0
 
     def _apply_params(self, changes: dict) -> None:
-        """Apply validated run-time changes (params.enable_runtime_updates); runs on the timer's executor
-        thread, so it never races a tick."""
+        """Apply validated run-time changes (params.enable_runtime_updates); runs on the node's executor
+        thread, so it never races a tick. Before configure only the stored values change."""
         p = self.p
+        self._twist_map = [int(i) for i in p["twist_map"]]
+        self._twist_scale = [float(x) for x in p["twist_scale"]]
+        if self.cycle is None:
+            return
         if {"period_ms", "safety_margin_ms", "ema_alpha", "tail_k"} & set(changes):
             self.admission.configure(period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"],
                                      ema_alpha=p["ema_alpha"], tail_k=p["tail_k"])
-        # period_ms only when it changed: configure() restarts the jitter grid on a new period
+        # period_ms only when it changed: configure() restarts the tick grid on a new period
         self.cycle.configure(period_ms=p["period_ms"] if "period_ms" in changes else None,
                              safety_margin_ms=p["safety_margin_ms"],
                              max_frame_age_ms=p["max_frame_age_ms"], fallback=p["fallback"],
                              probe_after=self._probe_after())
-        self._twist_map = [int(i) for i in p["twist_map"]]
-        self._twist_scale = [float(x) for x in p["twist_scale"]]
-        if "period_ms" in changes and p["period_ms"] / 1000.0 != self.period_s:
+        if {"period_ms", "safety_margin_ms"} & set(changes):
+            self._check_deadline()
+        if "period_ms" in changes and self.timer is not None and p["period_ms"] / 1000.0 != self.period_s:
             self.period_s = p["period_ms"] / 1000.0
             self.destroy_timer(self.timer)
             self.timer = self.create_timer(self.period_s, self._on_tick,
@@ -179,20 +392,20 @@ class ReasoningNode(Node):
 
     # --- start-up ------------------------------------------------------------------------------------
 
-    def _install_test_fault(self) -> None:
+    def _install_test_fault(self, engine) -> None:
         path = os.environ.get(TEST_FAULT_ENV)
-        if not path or not hasattr(self.engine, "fault_hook"):
+        if not path or not hasattr(engine, "fault_hook"):
             return
 
         def fault(plan):
             if os.path.exists(path):
                 raise RuntimeError(f"injected fault ({TEST_FAULT_ENV})")
 
-        self.engine.fault_hook = fault
+        engine.fault_hook = fault
         self.get_logger().warn(f"TEST-ONLY fault injection enabled: chunks fail while {path} exists "
                                f"({TEST_FAULT_ENV}); never set this on a robot")
 
-    def _make_engine(self, factory):
+    def _make_engine(self, factory, model_path: str):
         p = self.p
         kwargs = dict(backend=p["backend"], kv_capacity_tokens=p["kv_capacity_tokens"], policy=p["policy"],
                       window_frames=p["window_frames"], action_low=p["action_low"], action_high=p["action_high"],
@@ -200,15 +413,16 @@ class ReasoningNode(Node):
         try:
             if factory is None:
                 from ..engine import Engine as factory
-            engine = factory(self.model_path, **kwargs)
+            return factory(model_path, **kwargs)
         except ParamError:
             raise
         except Exception as e:  # noqa: BLE001 - model load, plan over the VRAM ceiling, no GPU for cuda...
-            raise StartupError(engine_error_message(e, self.model_path, p["backend"], p["kv_capacity_tokens"],
+            raise StartupError(engine_error_message(e, model_path, p["backend"], p["kv_capacity_tokens"],
                                                     p["vram_ceiling_gb"])) from e
-        self.backend_name = str(getattr(engine, "backend_name", None) or getattr(
-            getattr(engine, "backend", None), "name", None) or p["backend"])
-        return engine
+
+    def _backend_name(self, engine) -> str:
+        return str(getattr(engine, "backend_name", None) or getattr(
+            getattr(engine, "backend", None), "name", None) or self.p["backend"])
 
     def _prompt_tokens(self, model_path: str) -> int:
         try:
@@ -219,40 +433,25 @@ class ReasoningNode(Node):
         except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
             return 0
 
-    def _warmup(self, chunks: int) -> None:
-        """Compile/capture and run dry chunks before the first tick; their timings seed the EMAs."""
-        if chunks <= 0:
-            return
-        try:
-            timings = list(self.engine.warmup(chunks) or [])
-        except Exception as e:  # noqa: BLE001
-            self.engine_shutdown()
-            raise StartupError(f"engine warm-up failed: {type(e).__name__}: {e}") from e
-        # the first chunk carries compile/first-touch costs: seed from the steady-state ones
-        for t in timings[1:] if len(timings) > 1 else timings:
-            self.admission.update(t)
-
     def engine_shutdown(self) -> None:
-        engine = getattr(self, "engine", None)
-        shut = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
-        if callable(shut):
-            try:
-                shut()
-            except Exception:  # noqa: BLE001
-                pass
+        _close(self.engine)
 
     def stop_timers(self) -> None:
         """No new ticks (bringup calls this before it stops the executors)."""
-        for t in (getattr(self, "timer", None), getattr(self, "diag_timer", None)):
+        for t in (self.timer, self.diag_timer):
             if t is not None:
                 t.cancel()
 
     def stop(self) -> None:
-        """Stop the timers, the VRAM sampler and the engine (bringup: after the executors stopped)."""
+        """The shutdown transition from whatever state (bringup: after the executors stopped): one zero action
+        if active, then the engine is released. Safe to call twice."""
+        if self.lifecycle_state in ("unconfigured", "inactive", "active"):
+            try:
+                self.trigger_shutdown()
+            except Exception:  # noqa: BLE001 - a transition in progress elsewhere: release directly
+                self._release()
         self.stop_timers()
-        if getattr(self, "vram", None) is not None:
-            self.vram.stop()
-        self.engine_shutdown()
+        self.lifecycle_state = "finalized"
 
     # --- the cycle -----------------------------------------------------------------------------------
 
@@ -397,9 +596,13 @@ class ReasoningNode(Node):
     # --- diagnostics ---------------------------------------------------------------------------------
 
     def diagnostics_values(self) -> tuple[dict, dict]:
+        c = self._camera_values()
+        if self.cycle is None:  # unconfigured: no engine, no cycle
+            return {"lifecycle_state": self.lifecycle_state, "policy": self.p["policy"], "backend": self.backend_name,
+                    "period_ms": self.p["period_ms"]}, c
         s = self.stats.summary()
         r: dict = {
-            "cycles": s["cycles"], "model_actions": s["model_actions"],
+            "lifecycle_state": self.lifecycle_state, "cycles": s["cycles"], "model_actions": s["model_actions"],
             "deadline_miss_rate": s["deadline_miss_rate"], "deadline_misses": s["deadline_misses"],
             "missed_ticks": s["missed_ticks"], "late_publishes": s["late_publishes"],
             "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
@@ -439,7 +642,11 @@ class ReasoningNode(Node):
         r["vram_peak_mb"] = max(peaks) / 2**20 if peaks else "n/a"
         r["vram_ceiling_gb"] = self.p["vram_ceiling_gb"]
         r["period_ms"] = self.p["period_ms"]
+        if self._admission_warning:
+            r["admission_warning"] = self._admission_warning
+        return r, c
 
+    def _camera_values(self) -> dict:
         c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
                    "frames_published": self.fb.published, "frames_dropped": self.fb.dropped}
         if self.camera is not None:
@@ -450,7 +657,7 @@ class ReasoningNode(Node):
                 c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
         else:
             c.update(camera_rate_hz="n/a", frames_invalid="n/a")
-        return r, c
+        return c
 
     def _engine_stats(self) -> dict:
         fn = getattr(self.engine, "stats", None)
@@ -464,6 +671,10 @@ class ReasoningNode(Node):
             r, c = self.diagnostics_values()
         except Exception as e:  # noqa: BLE001
             self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
+            return
+        if "cycles" not in r or self.lifecycle_state != "active":
+            self._publish_diagnostics(WARN, f"{self.lifecycle_state}: no control output (lifecycle transitions: "
+                                      f"configure, activate)", r, c)
             return
         # level from what happened since the last roll-up
         counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
@@ -482,6 +693,13 @@ class ReasoningNode(Node):
             lvl, msg = ERROR, "no cycles"
         else:
             lvl, msg = OK, f"{d['cycles']} cycles, all from the model"
+        if self._admission_warning and lvl == OK:
+            lvl = WARN
+        if self._admission_warning:
+            msg += "; " + self._admission_warning
+        self._publish_diagnostics(lvl, msg, r, c)
+
+    def _publish_diagnostics(self, lvl, msg: str, r: dict, c: dict) -> None:
         cam_rate = c.get("camera_rate_hz")
         clvl = OK if isinstance(cam_rate, float) and cam_rate > 0 else WARN
         cmsg = f"{cam_rate:.1f} Hz" if isinstance(cam_rate, float) else "no camera stats"
@@ -499,3 +717,12 @@ class ReasoningNode(Node):
                              hardware_id="camera", values=kv(c)),
         ]
         self.pub_diag.publish(arr)
+
+
+def _close(engine) -> None:
+    shut = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
+    if callable(shut):
+        try:
+            shut()
+        except Exception:  # noqa: BLE001
+            pass
