@@ -1,5 +1,6 @@
 """image_convert: camera messages -> uint8 RGB 64x128, and every way a message can be malformed."""
 
+import struct
 from types import SimpleNamespace
 
 import cv2
@@ -213,7 +214,7 @@ def test_arbitrary_headers_never_raise_anything_but_image_error(h, w, enc, step,
     try:
         out = image_msg_to_rgb(m)
     except ImageError as e:
-        assert e.kind in ("encoding", "size", "step", "data", "decode")
+        assert e.kind in ("encoding", "size", "step", "data", "decode", "too_large")
     else:
         assert out.shape == (FRAME_H, FRAME_W, 3) and out.dtype == np.uint8
 
@@ -227,3 +228,101 @@ def test_arbitrary_compressed_bytes_never_raise_anything_but_image_error(data, f
         pass
     else:
         assert out.shape == (FRAME_H, FRAME_W, 3)
+
+
+# --- size caps before conversion, decompression bombs (issue 13.4, 13.5) ------------------------------------
+
+def _png_chunk(kind: bytes, payload: bytes) -> bytes:
+    import zlib
+
+    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+
+def png_bomb(side: int = 30000) -> bytes:
+    """A valid side x side 1-bit greyscale PNG of zeros, made by hand: ~100 KB that decodes (to 8-bit BGR, as
+    cv2.IMREAD_COLOR does) into side * side * 3 bytes. The image is never allocated here."""
+    import zlib
+
+    row = b"\0" * (1 + (side + 7) // 8)  # filter byte + the packed bits
+    comp = zlib.compressobj(9)
+    idat = b"".join(comp.compress(row) for _ in range(side)) + comp.flush()
+    ihdr = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
+
+
+def test_header_dimensions_of_png_and_jpeg():
+    from vla_edge_ros.nodes.image_convert import compressed_dimensions
+
+    rgb = gradient(240, 320)
+    assert compressed_dimensions(encode_jpeg(rgb)) == ("jpeg", 320, 240)
+    ok, png = cv2.imencode(".png", rgb)
+    assert compressed_dimensions(png.tobytes()) == ("png", 320, 240)
+    # a progressive JPEG behind a large APP segment (EXIF-like): the walk skips segments by their length
+    ok, prog = cv2.imencode(".jpg", rgb, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+    prog = prog.tobytes()
+    app1 = b"\xff\xe1" + struct.pack(">H", 2 + 5000) + b"x" * 5000
+    assert compressed_dimensions(prog[:2] + app1 + prog[2:]) == ("jpeg", 320, 240)
+    for bad in (b"\xff\xd8\xff\xda\x00\x02", b"\xff\xd8\x00\x00\x00\x00", b"GIF89a" + b"\0" * 20):
+        with pytest.raises(ImageError) as e:
+            compressed_dimensions(bad)
+        assert e.value.kind == "decode"
+
+
+def test_decompression_bomb_is_refused_from_its_header_before_decoding():
+    import time
+
+    bomb = png_bomb()
+    assert len(bomb) < 1_000_000
+    t = time.monotonic()
+    with pytest.raises(ImageError) as e:
+        compressed_msg_to_rgb(SimpleNamespace(format="png", data=bomb), max_pixels=4096 * 4096)
+    took = time.monotonic() - t
+    assert e.value.kind == "too_large" and "30000x30000" in str(e.value) and "max_image_pixels" in str(e.value)
+    assert took < 0.05, took  # decoding would allocate 2.7 GB and take seconds
+
+
+def test_decompression_bomb_is_refused_with_the_default_caps():
+    """Without explicit caps the absurd-size limits still refuse it before decoding."""
+    with pytest.raises(ImageError) as e:
+        compressed_msg_to_rgb(SimpleNamespace(format="png", data=png_bomb(20000)))
+    assert e.value.kind == "size"  # 20000 > MAX_SIDE
+
+
+def test_the_pixel_cap_admits_what_fits():
+    ok, png = cv2.imencode(".png", gradient(240, 320))
+    msg = SimpleNamespace(format="png", data=png.tobytes())
+    assert compressed_msg_to_rgb(msg, max_pixels=320 * 240).shape == (FRAME_H, FRAME_W, 3)
+    with pytest.raises(ImageError) as e:
+        compressed_msg_to_rgb(msg, max_pixels=320 * 240 - 1)
+    assert e.value.kind == "too_large"
+    with pytest.raises(ImageError) as e:
+        compressed_msg_to_rgb(msg, max_bytes=len(png) - 1)
+    assert e.value.kind == "too_large" and "max_image_bytes" in str(e.value)
+
+
+def test_raw_caps_are_checked_before_conversion():
+    m = raw_msg(gradient(240, 320), "rgb8")
+    assert image_msg_to_rgb(m, max_bytes=240 * 320 * 3, max_pixels=240 * 320).shape == (FRAME_H, FRAME_W, 3)
+    with pytest.raises(ImageError) as e:
+        image_msg_to_rgb(m, max_bytes=240 * 320 * 3 - 1)
+    assert e.value.kind == "too_large" and "max_image_bytes" in str(e.value)
+    with pytest.raises(ImageError) as e:
+        image_msg_to_rgb(m, max_pixels=240 * 320 - 1)
+    assert e.value.kind == "too_large" and "max_image_pixels" in str(e.value)
+
+
+def test_an_8k_rgb8_frame_is_refused_by_the_default_caps_without_converting_it():
+    from vla_edge_ros.nodes import params as P
+    from vla_edge_ros.nodes.image_convert import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
+
+    d = P.defaults(P.CAMERA_SPECS)
+    assert (d["max_image_bytes"], d["max_image_pixels"]) == (DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS)
+    big = SimpleNamespace(height=4320, width=7680, encoding="rgb8", is_bigendian=0, step=7680 * 3,
+                          data=memoryview(bytearray(7680 * 4320 * 3)))
+    with pytest.raises(ImageError) as e:
+        image_msg_to_rgb(big, max_bytes=d["max_image_bytes"], max_pixels=d["max_image_pixels"])
+    assert e.value.kind == "too_large"
+    uhd = SimpleNamespace(height=2160, width=3840, encoding="rgb8", is_bigendian=0, step=3840 * 3,
+                          data=bytes(3840 * 2160 * 3))
+    assert image_msg_to_rgb(uhd, max_bytes=d["max_image_bytes"], max_pixels=d["max_image_pixels"]).shape == \
+        (FRAME_H, FRAME_W, 3)

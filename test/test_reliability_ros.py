@@ -16,7 +16,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from test_ros_integration import (  # noqa: E402
+from test_ros_integration import (  # noqa: E402,F401
     PERIOD_MS, RATE, ROOT, Listener, Proc, domain, procs, reasons, ros_env, small_model, start_replay,  # noqa: F401
     start_vla_edge, tiny_model)
 
@@ -48,7 +48,7 @@ def _get(client, *names):
     return [parameter_value_to_python(v) for v in fut.result().values]
 
 
-def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, procs, tiny_model):
+def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, procs, tiny_model):  # noqa: F811
     from rclpy.parameter_client import AsyncParameterClient
 
     node = start_vla_edge(procs, domain, tmp_path, tiny_model, {})
@@ -153,7 +153,7 @@ rclpy.shutdown()
 """
 
 
-def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):
+def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):  # noqa: F811
     """640x480 raw at 240 Hz for several seconds: 30 Hz actions on time, the rate and the drops reported."""
     shm = {"FASTRTPS_DEFAULT_PROFILES_FILE": str(ROOT / "config" / "fastdds_shm.xml")}
     node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, extra_env=shm)
@@ -197,7 +197,7 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):
 # the engine fails mid-chunk (test-only switch)
 # --------------------------------------------------------------------------------------------
 
-def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, procs, tiny_model):
+def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, procs, tiny_model):  # noqa: F811
     from diagnostic_msgs.msg import DiagnosticStatus
 
     from vla_edge_ros.tools.replay import make_test_bag
@@ -279,7 +279,7 @@ def _break(d: Path, how: str) -> str:
 
 
 @pytest.mark.parametrize("how", ["missing", "truncated", "shape", "nan"])
-def test_broken_model_exits_3_with_one_message_naming_file_and_tensor(domain, tmp_path, tiny_model, how):
+def test_broken_model_exits_3_with_one_message_naming_file_and_tensor(domain, tmp_path, tiny_model, how):  # noqa: F811
     import shutil
 
     d = tmp_path / "model"
@@ -325,7 +325,7 @@ def _changed(before: dict, after: dict) -> list[str]:
     return sorted(p for p in after if before.get(p) != after[p]) + sorted(p for p in before if p not in after)
 
 
-def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_model):
+def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_model):  # noqa: F811
     from vla_edge_ros.tools.replay import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=20, fps=30.0, width=160, height=120)
@@ -355,8 +355,8 @@ def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_
             time.sleep(0.5)
             node.send_signal(2)
             node.wait(30)
-            assert node.returncode == 0 and replay.returncode == 0, (node.stdout.read()[-2000:],
-                                                                      replay.stdout.read()[-2000:])
+            assert node.returncode == 0 and replay.returncode == 0, \
+                (node.stdout.read()[-2000:], replay.stdout.read()[-2000:])
     finally:
         for p in started:
             if p.poll() is None:
@@ -378,7 +378,7 @@ def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_
 # soak (the CI version of vla-edge-soak)
 # --------------------------------------------------------------------------------------------
 
-def test_soak_60_seconds(domain, tmp_path):
+def test_soak_60_seconds(domain, tmp_path):  # noqa: F811
     out = tmp_path / "soak"
     env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
     r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", "60", "--preset", "micro",
@@ -391,3 +391,72 @@ def test_soak_60_seconds(domain, tmp_path):
     rows = (out / "samples.csv").read_text().splitlines()
     assert len(rows) >= 60 and rows[0].startswith("t_s,rss_mb,vram_mb")
     assert not math.isnan(s["cycle_ms_p99"]) and s["cycle_ms_p99"] <= PERIOD_MS
+
+
+# --------------------------------------------------------------------------------------------
+# frames over the size caps (issue 13.4): dropped before conversion, counted, WARN
+# --------------------------------------------------------------------------------------------
+
+BIG = r"""
+import sys, time, rclpy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
+w, h, n, hz = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+rclpy.init()
+node = rclpy.create_node("big_camera")
+pub = node.create_publisher(Image, "/image", QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE))
+m = Image(height=h, width=w, encoding="rgb8", step=w * 3)
+m.data = bytes(w * h * 3)
+t_end = time.monotonic() + 20
+while pub.get_subscription_count() == 0 and time.monotonic() < t_end:
+    time.sleep(0.05)
+for i in range(n):
+    m.header.stamp.sec = 100 + i
+    pub.publish(m)
+    print(f"published {i} at {time.monotonic():.3f}", flush=True)
+    time.sleep(1.0 / hz)
+time.sleep(2.0)
+node.destroy_node()
+rclpy.shutdown()
+"""
+
+
+@pytest.mark.parametrize("caps", ["default", "raised"])
+def test_8k_frames_over_the_cap_are_dropped_before_conversion(domain, tmp_path, procs, tiny_model, caps):  # noqa: F811
+    """8K rgb8 (99.5 MB) at 1 Hz over reliable QoS. With the default caps every frame is dropped as too_large
+    before conversion and /diagnostics says so (camera WARN); with the caps raised they are converted. Either
+    way the gap between actions is printed: rclpy deserialises each message before the callback sees it, and
+    no cap can bound that part."""
+    params = {"qos_reliability": "reliable"}
+    if caps == "raised":
+        params.update(max_image_bytes=128 * 1024 * 1024, max_image_pixels=64 * 1024 * 1024)
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model, params)
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 10, 60, "the first actions of vla_edge")
+        frames = 4
+        cam = Proc(["-c", BIG, "7680", "4320", str(frames), "1.0"], ros_env(domain), tmp_path / "big.log")
+        procs.append(cam)
+        t0 = time.monotonic()
+        cam.p.wait(60)
+        time.sleep(1.5)
+        t1 = time.monotonic()
+        assert cam.p.returncode == 0, cam.output()[-2000:]
+        d = lst.last_diag()
+        with lst.lock:
+            times = [t for t, _, _ in lst.actions if t0 <= t < t1]
+        gap_ms = max(b - a for a, b in zip(times, times[1:])) * 1000.0
+        print(f"8K rgb8, caps {caps}: {d['frames_received']} received, {d['invalid_too_large']} too_large, "
+              f"{d['frames_valid']} valid; longest gap between actions {gap_ms:.0f} ms "
+              f"(node: action_gap_ms_max {d['action_gap_ms_max']})")
+        assert int(d["frames_received"]) >= frames - 1
+        if caps == "default":
+            assert int(d["invalid_too_large"]) == int(d["frames_received"]) and int(d["frames_valid"]) == 0
+            assert "dropped a frame" in node.output() and "max_image_bytes" in node.output()
+        else:
+            assert int(d["invalid_too_large"]) == 0 and int(d["frames_valid"]) >= frames - 1
+        assert len(times) / (t1 - t0) > 0.8 * RATE  # actions kept flowing
+        assert node.alive()
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]

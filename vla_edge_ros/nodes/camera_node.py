@@ -5,6 +5,13 @@ Subscribes ``image`` (sensor_msgs/Image, ``transport: raw``) or ``image/compress
 resize) and publishes into the shared FrameBuffer with the header stamp and the monotonic receive
 time.  It never waits for the reasoning side.  A malformed message is dropped, counted by cause
 and reported in a throttled warning; the node never dies on input.
+
+``max_image_bytes`` / ``max_image_pixels`` bound what a frame can cost here: a larger message is dropped
+(kind ``too_large``) before any conversion or decoding, so conversion time and memory are bounded.  The
+subscription takes the serialised message (``raw=True``) and compares its length with the byte cap before
+deserialising it, so an oversized message is never turned into Python objects; what remains is the copy of
+the serialised bytes into the process (and DDS's own reassembly of the fragments), which no cap here can
+bound.
 """
 
 from __future__ import annotations
@@ -17,14 +24,18 @@ from collections import deque
 import rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
-from .image_convert import ImageError, compressed_msg_to_rgb, image_msg_to_rgb
+from .image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
 from .params import CAMERA_SPECS, declare_and_read, enable_runtime_updates, validate_camera
 
 RATE_WINDOW_S = 2.0
 STALL_S = 0.5  # no frame for this long: the camera rate reads 0
+# Serialised bytes of an image message besides its data (CDR header, stamp, frame_id, encoding/format, lengths):
+# a serialised message longer than max_image_bytes + this is refused before it is deserialised.
+SERIALIZED_OVERHEAD = 4096
 
 
 def stamp_to_ns(stamp) -> int:
@@ -64,9 +75,10 @@ class CameraNode(Node):
             return
         qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
         if self.p["transport"] == "compressed":
-            self.sub = self.create_subscription(CompressedImage, "image/compressed", self._on_compressed, qos)
+            self.sub = self.create_subscription(CompressedImage, "image/compressed", self._on_compressed_serialized,
+                                                qos, raw=True)
         else:
-            self.sub = self.create_subscription(Image, "image", self._on_raw, qos)
+            self.sub = self.create_subscription(Image, "image", self._on_raw_serialized, qos, raw=True)
         self.get_logger().info(
             f"subscribed {self.sub.topic_name} [{self.p['transport']}, {self.p['qos_reliability']}, "
             f"depth {self.p['qos_depth']}] -> FrameBuffer {self.fb.shape}"
@@ -74,11 +86,39 @@ class CameraNode(Node):
 
     # --- callbacks ---------------------------------------------------------------------------------
 
+    def _on_raw_serialized(self, data: bytes) -> None:
+        self._handle_serialized(data, Image, image_msg_to_rgb)
+
+    def _on_compressed_serialized(self, data: bytes) -> None:
+        self._handle_serialized(data, CompressedImage, compressed_msg_to_rgb)
+
+    def _handle_serialized(self, data: bytes, msg_type, convert) -> None:
+        """The byte cap on the serialised message first, then deserialise and convert."""
+        try:
+            check_caps("serialised image message", len(data), None, None,
+                       self.p["max_image_bytes"] + SERIALIZED_OVERHEAD, None)
+            msg = deserialize_message(data, msg_type)
+        except ImageError as e:
+            with self._lock:
+                self.received += 1
+                self._recv_times.append(time.monotonic())
+            self._drop(e.kind, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a message that does not deserialise
+            with self._lock:
+                self.received += 1
+            self._drop("data", f"cannot deserialise: {type(e).__name__}: {e}")
+            return
+        self._handle(msg, convert)
+
     def _on_raw(self, msg: Image) -> None:
         self._handle(msg, image_msg_to_rgb)
 
     def _on_compressed(self, msg: CompressedImage) -> None:
         self._handle(msg, compressed_msg_to_rgb)
+
+    def _convert_caps(self) -> dict:
+        return {"max_bytes": self.p["max_image_bytes"], "max_pixels": self.p["max_image_pixels"]}
 
     def _handle(self, msg, convert) -> None:
         recv = time.monotonic()
@@ -86,7 +126,7 @@ class CameraNode(Node):
             self.received += 1
             self._recv_times.append(recv)
         try:
-            rgb = convert(msg)
+            rgb = convert(msg, **self._convert_caps())
             self.fb.publish(rgb, stamp_to_ns(msg.header.stamp), recv)
         except ImageError as e:
             self._drop(e.kind, str(e))
@@ -135,6 +175,8 @@ class CameraNode(Node):
                 "invalid_by_kind": dict(self.invalid_by_kind),
                 "rate_hz": rate,
                 "convert_ms_last": self.convert_ms_last,
+                "max_image_bytes": self.p["max_image_bytes"],
+                "max_image_pixels": self.p["max_image_pixels"],
             }
 
 

@@ -8,11 +8,19 @@ byte-order-aware numpy path below handles what the PyPI port gets wrong (padded 
 16-bit data under NumPy 2) and is the fallback when cv_bridge is absent.
 
 Every malformed input raises :class:`ImageError` with a short, specific message and a ``kind``
-(``encoding`` | ``size`` | ``step`` | ``data`` | ``decode``) so that the camera node can count drops
-by cause; nothing else escapes :func:`image_msg_to_rgb` / :func:`compressed_msg_to_rgb`.
+(``encoding`` | ``size`` | ``step`` | ``data`` | ``decode`` | ``too_large``) so that the camera node can
+count drops by cause; nothing else escapes :func:`image_msg_to_rgb` / :func:`compressed_msg_to_rgb`.
+
+Size caps (``max_bytes``, ``max_pixels``; the camera node's ``max_image_bytes`` / ``max_image_pixels``)
+are checked before any conversion or decoding: a raw image by its data length and header, a compressed
+one by its length and by the dimensions read from its own header (PNG IHDR, JPEG SOF), so a
+decompression bomb (a 30000x30000 PNG of under 1 MB) is refused without being decoded. Only JPEG and PNG
+are accepted as compressed input (what image_transport's compressed plugin writes).
 """
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -29,6 +37,10 @@ from ..constants import FRAME_H, FRAME_W
 MAX_SIDE = 16384
 MAX_PIXELS = 64 * 1024 * 1024
 MAX_COMPRESSED_BYTES = 64 * 1024 * 1024
+# Default caps of the camera node (max_image_bytes, max_image_pixels): a 4K rgb8 frame (3840x2160x3 = 24.9 MB,
+# 8.3 Mpx) passes, an 8K one (99.5 MB, 33.2 Mpx) is refused before conversion.
+DEFAULT_MAX_IMAGE_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096
 
 # encoding -> (numpy dtype, channels)
 ENCODINGS: dict[str, tuple[np.dtype, int]] = {
@@ -114,14 +126,26 @@ def check_size(height: int, width: int) -> None:
         raise ImageError("size", f"absurd image size {width}x{height} (max side {MAX_SIDE})")
 
 
-def validate_image(msg) -> tuple[np.dtype, int]:
-    """Check a raw Image's header against its data.  Returns (dtype, channels).  Raises ImageError."""
+def check_caps(what: str, n_bytes: int | None, width: int | None, height: int | None, max_bytes: int | None,
+               max_pixels: int | None) -> None:
+    """The configured caps: raise ImageError('too_large', ...) naming the parameter to raise."""
+    if max_bytes is not None and n_bytes is not None and n_bytes > max_bytes:
+        raise ImageError("too_large", f"{what} of {n_bytes} bytes is over max_image_bytes={max_bytes}")
+    if max_pixels is not None and width is not None and height is not None and width * height > max_pixels:
+        raise ImageError("too_large", f"{what} of {width}x{height} = {width * height} pixels is over "
+                                      f"max_image_pixels={max_pixels}")
+
+
+def validate_image(msg, max_bytes: int | None = None, max_pixels: int | None = None) -> tuple[np.dtype, int]:
+    """Check a raw Image's header against its data and the caps.  Returns (dtype, channels).  Raises ImageError."""
     enc = str(msg.encoding)
+    check_caps("image", len(_bytes_view(msg.data)), None, None, max_bytes, None)
     if enc not in ENCODINGS:
         raise ImageError("encoding", f"unsupported encoding '{enc}'")
     dtype, ch = ENCODINGS[enc]
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     check_size(h, w)
+    check_caps(f"{enc} image", None, w, h, None, max_pixels)
     if enc in ("yuv422", "uyvy", "yuv422_yuy2", "yuyv") and w % 2:
         raise ImageError("size", f"{enc} needs an even width, got {w}")
     if enc.startswith("bayer_") and (w < 2 or h < 2):
@@ -186,9 +210,10 @@ def _to_rgb8(img: np.ndarray, enc: str) -> np.ndarray:
     return img
 
 
-def image_msg_to_rgb(msg, resize: bool = True) -> np.ndarray:
+def image_msg_to_rgb(msg, resize: bool = True, max_bytes: int | None = None,
+                     max_pixels: int | None = None) -> np.ndarray:
     """sensor_msgs/Image -> uint8 RGB (64, 128, 3) (or full size with resize=False).  Raises ImageError."""
-    dtype, ch = validate_image(msg)
+    dtype, ch = validate_image(msg, max_bytes, max_pixels)
     enc = str(msg.encoding)
     try:
         packed = int(msg.step) == int(msg.width) * ch * dtype.itemsize
@@ -209,17 +234,65 @@ def image_msg_to_rgb(msg, resize: bool = True) -> np.ndarray:
         raise ImageError("decode", f"cannot convert {enc} {msg.width}x{msg.height}: {e}") from e
 
 
-def decode_compressed(data, fmt: str = "") -> np.ndarray:
-    """JPEG/PNG bytes -> uint8 RGB (H, W, 3) full size.  Raises ImageError."""
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# JPEG start-of-frame markers (baseline, extended, progressive, lossless, arithmetic); C4/C8/CC are not frames
+JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def compressed_dimensions(data) -> tuple[str, int, int]:
+    """(format, width, height) from a compressed image's header without decoding it: PNG's IHDR chunk or the
+    first JPEG start-of-frame segment (walking the marker segments by their lengths, no pixel data read).
+    Raises ImageError('decode', ...) for anything else or a header that ends early."""
+    buf = _bytes_view(data)
+    n = len(buf)
+    if bytes(buf[:8]) == PNG_SIGNATURE:
+        if n < 24 or bytes(buf[12:16]) != b"IHDR":
+            raise ImageError("decode", "PNG without an IHDR chunk")
+        w, h = struct.unpack(">II", bytes(buf[16:24]))
+        return "png", w, h
+    if n >= 4 and buf[0] == 0xFF and buf[1] == 0xD8:
+        i = 2
+        while i + 4 <= n:
+            if buf[i] != 0xFF:
+                raise ImageError("decode", f"corrupt JPEG: no marker at byte {i}")
+            marker = buf[i + 1]
+            if marker == 0xFF:  # fill byte
+                i += 1
+                continue
+            if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+                i += 2
+                continue
+            if marker in (0xD9, 0xDA):  # end of image / start of scan before any frame header
+                break
+            seg = (buf[i + 2] << 8) | buf[i + 3]
+            if marker in JPEG_SOF:
+                if i + 9 > n or seg < 7:
+                    break
+                h = (buf[i + 5] << 8) | buf[i + 6]
+                w = (buf[i + 7] << 8) | buf[i + 8]
+                return "jpeg", w, h
+            i += 2 + seg
+        raise ImageError("decode", "JPEG without a frame header (SOF) before its image data")
+    raise ImageError("decode", f"not a JPEG or PNG image ({n} bytes)")
+
+
+def decode_compressed(data, fmt: str = "", max_bytes: int | None = None,
+                      max_pixels: int | None = None) -> np.ndarray:
+    """JPEG/PNG bytes -> uint8 RGB (H, W, 3) full size.  Raises ImageError.  The length and the dimensions
+    in the header are checked (absurd sizes, then the caps) before anything is decoded."""
     buf = _bytes_view(data)
     n = len(buf)
     if n == 0:
         raise ImageError("data", "empty compressed image")
     if n > MAX_COMPRESSED_BYTES:
         raise ImageError("size", f"absurd compressed image size {n} bytes")
+    check_caps("compressed image", n, None, None, max_bytes, None)
     fmt_l = str(fmt).lower()
     if "compresseddepth" in fmt_l:
         raise ImageError("encoding", f"unsupported compressed format '{fmt}'")
+    kind, w, h = compressed_dimensions(buf)
+    check_caps(f"{kind} image", None, w, h, None, max_pixels)
+    check_size(h, w)
     arr = np.frombuffer(buf, dtype=np.uint8)
     try:
         img = cv2.imdecode(arr, cv2.IMREAD_COLOR)  # always 8-bit BGR, whatever the source channels
@@ -228,13 +301,15 @@ def decode_compressed(data, fmt: str = "") -> np.ndarray:
     if img is None or img.size == 0:
         raise ImageError("decode", f"undecodable compressed image ({fmt or 'no format'}, {n} bytes)")
     check_size(img.shape[0], img.shape[1])
+    check_caps(f"decoded {kind} image", None, img.shape[1], img.shape[0], None, max_pixels)
     # image_transport writes "<enc>; jpeg compressed <bgr8|rgb8>"; OpenCV always returns BGR here.
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def compressed_msg_to_rgb(msg, resize: bool = True) -> np.ndarray:
+def compressed_msg_to_rgb(msg, resize: bool = True, max_bytes: int | None = None,
+                          max_pixels: int | None = None) -> np.ndarray:
     """sensor_msgs/CompressedImage -> uint8 RGB (64, 128, 3).  Raises ImageError."""
-    img = decode_compressed(msg.data, getattr(msg, "format", ""))
+    img = decode_compressed(msg.data, getattr(msg, "format", ""), max_bytes, max_pixels)
     return to_model_frame(img) if resize else img
 
 

@@ -98,6 +98,12 @@ CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
          "(bag replay).", choices=RELIABILITIES),
     Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
+    Spec("max_image_bytes", 32 * 1024 * 1024, "Largest image message accepted (bytes of data, raw or compressed), "
+         "checked before any conversion; larger ones are dropped and counted (too_large). 32 MiB passes 4K rgb8, "
+         "refuses 8K rgb8.", 1024, 1 << 30),
+    Spec("max_image_pixels", 4096 * 4096, "Largest image accepted (width x height), read from the header before any "
+         "conversion or decoding (PNG IHDR / JPEG SOF for compressed input: no decompression bombs).",
+         1, 64 * 1024 * 1024),
     Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0,
          tunable=True),
 )

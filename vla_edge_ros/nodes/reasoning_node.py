@@ -143,6 +143,7 @@ class ReasoningNode(LifecycleNode):
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._prev_counts: dict[str, int] = {}
+        self._prev_too_large = 0
         self._admission_warning: str | None = None
         self._labels = [str(x) for x in p["action_labels"]]  # read-only: the vector layout is built once
         self._vector_dims = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
@@ -653,8 +654,9 @@ class ReasoningNode(LifecycleNode):
             cs = self.camera.stats()
             c.update(camera_rate_hz=cs["rate_hz"], frames_received=cs["received"], frames_valid=cs["valid"],
                      frames_invalid=cs["invalid"], transport=cs["transport"], topic=cs["topic"])
-            for kind in ("encoding", "size", "step", "data", "decode", "other"):
+            for kind in ("encoding", "size", "step", "data", "decode", "too_large", "other"):
                 c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
+            c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
         else:
             c.update(camera_rate_hz="n/a", frames_invalid="n/a")
         return c
@@ -703,6 +705,13 @@ class ReasoningNode(LifecycleNode):
         cam_rate = c.get("camera_rate_hz")
         clvl = OK if isinstance(cam_rate, float) and cam_rate > 0 else WARN
         cmsg = f"{cam_rate:.1f} Hz" if isinstance(cam_rate, float) else "no camera stats"
+        too_large = c.get("invalid_too_large", 0)
+        new_too_large = too_large - self._prev_too_large if isinstance(too_large, int) else 0
+        self._prev_too_large = too_large if isinstance(too_large, int) else 0
+        if new_too_large > 0:
+            clvl = WARN
+            cmsg += (f"; {new_too_large} frames over max_image_bytes={c['max_image_bytes']} / "
+                     f"max_image_pixels={c['max_image_pixels']} dropped")
 
         def kv(dct):
             return [KeyValue(key=k, value=("n/a" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)))
