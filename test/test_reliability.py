@@ -406,3 +406,16 @@ def test_guard_zeroes_a_fallback_times_a_non_finite_scale():
     assert comps == [0.0] * 6 and out.reason == "non_finite"
     ok = cyc.tick()
     assert cyc.finalize(ok, [0, -1, 2, 3, 4, 5], [2.0] * 6) == [0.0] * 6 and ok.reason == "no_frame"
+
+
+# --- a configuration that can never meet the deadline says so (issue 13.8) ----------------------------
+
+def test_deadline_warning_names_the_parameters_that_would_fix_it():
+    from vla_edge_ros.cycle import deadline_warning
+
+    assert deadline_warning(20.0, 33.0, 2.0, 4096, "numpy") is None
+    assert deadline_warning(31.0, 33.0, 2.0, 4096, "numpy") is None  # exactly the budget fits
+    w = deadline_warning(65.96, 33.0, 2.0, 4096, "numpy")
+    assert "65.96 ms" in w and "31.00 ms" in w and "\n" not in w
+    assert "kv_capacity_tokens (now 4096" in w and "period_ms above 68.0" in w and "backend cuda" in w
+    assert "backend cuda" not in deadline_warning(40.0, 33.0, 2.0, 4096, "cuda")

@@ -393,6 +393,23 @@ def test_soak_60_seconds(domain, tmp_path):  # noqa: F811
     assert not math.isnan(s["cycle_ms_p99"]) and s["cycle_ms_p99"] <= PERIOD_MS
 
 
+def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_path, procs, small_model):  # noqa: F811
+    """The 'small' model at 4096 slots on this CPU costs far more than the 31 ms budget: WARN in the log and
+    in /diagnostics, naming kv_capacity_tokens / period_ms / backend."""
+    node = start_vla_edge(procs, domain, tmp_path, small_model, {"kv_capacity_tokens": 4096, "warmup_chunks": 2})
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: lst.diags and "admission_warning" in lst.diags[-1][1], 90, "the admission warning")
+        w = lst.last_diag()["admission_warning"]
+        assert "exceeds the budget 31.00 ms" in w and "kv_capacity_tokens" in w and "period_ms" in w, w
+        assert "backend cuda" in w
+        out = node.output()
+        assert "[WARN]" in out and "exceeds the budget" in out
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
 # --------------------------------------------------------------------------------------------
 # frames over the size caps (issue 13.4): dropped before conversion, counted, WARN
 # --------------------------------------------------------------------------------------------
