@@ -130,3 +130,19 @@ def test_config_file_matches_the_tables():
     with pytest.raises(P.ParamError, match="model_path is empty"):
         P.validate_reasoning(reasoning)
     P.validate_camera(camera)
+
+
+def test_an_unreadable_model_dir_is_one_problem_not_a_traceback(tmp_path):
+    # root reads through chmod 000, so the OSError comes from a name the kernel refuses (ENAMETOOLONG)
+    path = str(tmp_path / ("x" * 5000))
+    assert P.check_model_dir(path)[0].startswith(f"model_path={path!r} cannot be read: OSError")
+    with pytest.raises(P.ParamError, match="cannot be read"):
+        P.validate_reasoning({"model_path": path})
+
+
+def test_unknown_parameters_are_named_with_the_closest_known_one():
+    known = {s.name for s in P.REASONING_SPECS + P.CAMERA_SPECS}
+    assert P.unknown_parameters_message(set(), known) is None
+    msg = P.unknown_parameters_message({"perod_ms", "qos_dept", "zzz"}, known)
+    assert msg == ("unknown parameters, ignored: perod_ms (did you mean period_ms?), qos_dept (did you mean "
+                   "qos_depth?), zzz")

@@ -410,6 +410,24 @@ def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_pa
     assert node.stop() == 0, node.output()[-3000:]
 
 
+def test_unknown_keys_in_a_params_file_are_named(domain, tmp_path, procs, tiny_model):  # noqa: F811
+    cfg = tmp_path / "typo.yaml"
+    cfg.write_text("/**/vla_edge:\n  ros__parameters:\n    perod_ms: 50.0\n"
+                   "/**/vla_camera:\n  ros__parameters:\n    qos_dept: 3\n")
+    node = Proc(["-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file", str(cfg), "-p",
+                 f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=512"], ros_env(domain), tmp_path / "typo.log")
+    procs.append(node)
+    t_end = time.monotonic() + 60
+    while "unknown parameters" not in node.output() and time.monotonic() < t_end and node.alive():
+        time.sleep(0.1)
+    out = node.output()
+    assert "[WARN]" in out and "unknown parameters, ignored: perod_ms (did you mean period_ms?), qos_dept (did you " \
+        "mean qos_depth?)" in out, out[-2000:]
+    # -p model_path (meant for vla_edge, also handed to vla_camera) is no unknown key
+    assert "model_path" not in out.split("unknown parameters")[1].splitlines()[0]
+    assert node.stop() == 0, out[-2000:]
+
+
 # --------------------------------------------------------------------------------------------
 # frames over the size caps (issue 13.4): dropped before conversion, counted, WARN
 # --------------------------------------------------------------------------------------------

@@ -526,11 +526,20 @@ def test_impossible_parameters_exit_with_one_message(domain, tmp_path, tiny_mode
         (["-p", f"model_path:={tiny_model}", "-p", "twist_scale:=[1.0,1.0,1.0,1.0,1.0,1e300]"],
          "twist_scale entries must be finite"),
     ]
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("/**/vla_edge:\n  ros__parameters:\n    period_ms: [1, 2\n")
+    cases += [  # arguments rcl itself refuses: one line, no traceback
+        (["--params-file", str(tmp_path / "missing.yaml")], "Couldn't parse params file"),
+        (["--params-file", str(bad_yaml)], "Couldn't parse params file"),
+        (["-r", "image"], "Couldn't parse remap rule"),
+        (["-p", "period_ms"], "Couldn't parse parameter override rule"),
+    ]
     for extra, pattern in cases:
         r = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=60, cwd=str(ROOT))
         assert r.returncode == 2, (extra, r.returncode, r.stderr[-2000:])
         msgs = [ln for ln in r.stderr.splitlines() if ln.startswith("vla_edge:")]
         assert len(msgs) == 1 and pattern in msgs[0], (extra, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, (extra, r.stderr[-2000:])
 
 
 def test_parameter_declarations_with_rclpy(domain, tmp_path):

@@ -50,11 +50,15 @@ def main(argv=None) -> int:
 
     from ..frame_buffer import FrameBuffer
     from .camera_node import CameraNode
-    from .params import ParamError
+    from .params import ParamError, undeclared_overrides, unknown_parameters_message
     from .reasoning_node import ReasoningNode
 
     args = sys.argv if argv is None else argv
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as e:  # noqa: BLE001 - rcl refuses the ROS arguments: a params file, a remap, a -p rule
+        print(f"vla_edge: bad ROS arguments: {ros_args_error(e)}", file=sys.stderr, flush=True)
+        return EXIT_BAD_PARAMS
     stop = threading.Event()
     nodes: list = []
 
@@ -81,6 +85,12 @@ def main(argv=None) -> int:
             raise
         reasoning = ReasoningNode(fb, camera=camera)
         nodes.append(reasoning)
+        # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
+        known = set(camera._parameters) | set(reasoning._parameters)
+        msg = unknown_parameters_message((undeclared_overrides(camera) | undeclared_overrides(reasoning)) - known,
+                                         known)
+        if msg:
+            reasoning.get_logger().warn(msg)
         if stop.is_set():
             reasoning.abort.set()
     except ParamError as e:
@@ -131,6 +141,13 @@ def main(argv=None) -> int:
         code = EXIT_BAD_PARAMS if isinstance(err, ParamError) else EXIT_STARTUP
     _teardown(rclpy, [camera, reasoning])
     return code
+
+
+def ros_args_error(e: BaseException) -> str:
+    """rcl's message for arguments it cannot parse, in one line without the C source locations."""
+    msg = " ".join(str(e).split())
+    msg = msg.replace("failed to initialize rcl: ", "")
+    return msg.split(", at /")[0]
 
 
 def _autostart(reasoning, stop: threading.Event, startup: dict) -> bool:

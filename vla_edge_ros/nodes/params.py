@@ -162,7 +162,13 @@ def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
 def check_model_dir(path: str) -> list[str]:
     if not path:
         return []
-    p = Path(path).expanduser()
+    try:
+        return _check_model_dir(Path(path).expanduser(), path)
+    except OSError as e:  # unreadable (PermissionError), a name too long, an I/O error: one line, no traceback
+        return [f"model_path={path!r} cannot be read: {type(e).__name__}: {e.strerror or e}"]
+
+
+def _check_model_dir(p: Path, path: str) -> list[str]:
     if not p.is_dir():
         return [f"model_path={path!r}: no such directory"]
     if not (p / "config.json").is_file():
@@ -199,6 +205,27 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[s
     if problems:
         raise ParamError("; ".join(problems))
     return v
+
+
+def unknown_parameters_message(unknown, known) -> str | None:
+    """One warning line for parameters given (params file, -p) that no node declares, with the closest known
+    name for each (a typo such as ``perod_ms`` would otherwise run silently with the default)."""
+    import difflib
+
+    if not unknown:
+        return None
+    parts = []
+    for name in sorted(set(unknown)):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return "unknown parameters, ignored: " + ", ".join(parts)
+
+
+def undeclared_overrides(node) -> set[str]:
+    """Parameter overrides given to ``node`` (params file, -p) that it did not declare."""
+    overrides = getattr(node, "_parameter_overrides", None) or {}
+    declared = set(getattr(node, "_parameters", None) or {})
+    return {k for k in overrides if k not in declared and not k.startswith("qos_overrides.")}
 
 
 def tunable_names(specs) -> tuple[str, ...]:
