@@ -151,3 +151,48 @@ def test_vram_sampler_on_gpu():
         time.sleep(0.05)
     assert sampler.peak_bytes is not None and sampler.peak_bytes > 0
     assert sampler.total_bytes >= sampler.peak_bytes
+
+
+def test_gc_pauses_are_recorded_per_generation():
+    import gc
+
+    from vla_edge_ros.metrics import GcPauses
+
+    g = GcPauses().install()
+    try:
+        gc.collect()  # a full collection
+        gc.collect(0)
+        s = g.summary()
+        assert s["gc_full_collections"] >= 1 and s["gc_collections"] >= 2
+        assert s["gc_full_pause_ms_max"] > 0.0 and s["gc_pause_ms_max"] >= s["gc_full_pause_ms_max"]
+    finally:
+        g.remove()
+    n = g.summary()["gc_collections"]
+    gc.collect()
+    assert g.summary()["gc_collections"] == n  # removed: nothing more recorded
+
+
+def test_settle_after_warmup_takes_what_exists_out_of_later_collections():
+    """After settle_after_warmup the objects alive then are frozen, so a full collection during the run scans
+    only what the run created; release_after_run makes them collectable again (an engine in a cycle)."""
+    import gc
+
+    from vla_edge_ros.cycle import release_after_run, settle_after_warmup
+
+    class Engineish:
+        pass
+
+    e = Engineish()
+    e.self_ref = e  # a reference cycle, as engines with callbacks have
+    import weakref
+
+    ref = weakref.ref(e)
+    try:
+        settle_after_warmup()
+        assert gc.get_freeze_count() > 1000
+        del e
+        gc.collect()
+        assert ref() is not None  # frozen: the full collection did not even look at it
+    finally:
+        release_after_run()
+    assert gc.get_freeze_count() == 0 and ref() is None

@@ -95,9 +95,16 @@ def settle_after_warmup() -> None:
     everything alive is moved out of the collector's generations (gc.freeze). Loading a model and warming
     up allocate many long-lived objects; without this the first full (generation-2) collection over them
     is triggered by ordinary allocations some cycles later, inside a cycle's budget. Later collections
-    only scan objects created after this point."""
+    only scan objects created after this point. Pair it with `release_after_run` when the engine goes."""
     gc.collect()
     gc.freeze()
+
+
+def release_after_run() -> None:
+    """Undo `settle_after_warmup` once the engine is dropped: frozen objects are never collected, so a
+    reference cycle holding the old engine (and its device memory) would otherwise outlive it."""
+    gc.unfreeze()
+    gc.collect()
 
 
 def deadline_warning(estimate_ms: float, period_ms: float, safety_margin_ms: float, kv_capacity_tokens: int,

@@ -9,7 +9,9 @@ robot that runs for days); counts and the maximum are all-time.
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
 from collections import deque
 from typing import Callable
 
@@ -156,6 +158,55 @@ class CycleStats:
             "frame_age_ms": self.frame_age_ms.percentiles(),
             "action_gap_ms": self.action_gap_ms.percentiles(),
         }
+
+
+class GcPauses:
+    """Duration of every garbage collection while installed (``gc.callbacks``), per generation.
+
+    A collection stops every Python thread of the process, the control timer included; a full
+    (generation-2) pass over a freshly loaded model's objects took tens of ms. ``summary()`` says how many
+    ran, the longest, and the longest generation-2 one, for /diagnostics and the bench. No lock: the
+    callback runs inside the collector of whichever thread triggered it, and only assigns and appends.
+    """
+
+    def __init__(self, window: int = 256):
+        self.count = [0, 0, 0]
+        self.max_ms = [0.0, 0.0, 0.0]
+        self.recent: deque[tuple[float, int, float]] = deque(maxlen=int(window))  # (end monotonic s, gen, ms)
+        self._t0 = None
+        self._installed = False
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        if self._t0 is None:
+            return
+        ms = (time.perf_counter() - self._t0) * 1000.0
+        self._t0 = None
+        g = min(2, max(0, int(info.get("generation", 0))))
+        self.count[g] += 1
+        if ms > self.max_ms[g]:
+            self.max_ms[g] = ms
+        self.recent.append((time.monotonic(), g, ms))
+
+    def install(self) -> "GcPauses":
+        if not self._installed:
+            gc.callbacks.append(self._callback)
+            self._installed = True
+        return self
+
+    def remove(self) -> None:
+        if self._installed:
+            try:
+                gc.callbacks.remove(self._callback)
+            except ValueError:
+                pass
+            self._installed = False
+
+    def summary(self) -> dict:
+        return {"gc_collections": sum(self.count), "gc_full_collections": self.count[2],
+                "gc_pause_ms_max": max(self.max_ms), "gc_full_pause_ms_max": self.max_ms[2]}
 
 
 class VramSampler:

@@ -46,7 +46,6 @@ nothing waits for the probe, its action is never used, and later ticks say ``bus
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -63,9 +62,10 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from ..admission import AdmissionController
 from ..constants import ACTION_TOKENS, VISION_TOKENS
-from ..cycle import ReasoningCycle, WarmupInterrupted, deadline_warning, settle_after_warmup, warm_up
+from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, release_after_run, settle_after_warmup,
+                     warm_up)
 from ..frame_buffer import FrameBuffer
-from ..metrics import VramSampler
+from ..metrics import GcPauses, VramSampler
 from .image_convert import render_debug
 from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
                      validate_reasoning)
@@ -144,6 +144,7 @@ class ReasoningNode(LifecycleNode):
         self._frame_age_last: float | None = None
         self._prev_counts: dict[str, int] = {}
         self._prev_too_large = 0
+        self.gc_pauses = GcPauses().install()  # every collection's pause, in /diagnostics
         self._admission_warning: str | None = None
         self._labels = [str(x) for x in p["action_labels"]]  # read-only: the vector layout is built once
         self._vector_dims = [MultiArrayDimension(label=lab, size=1, stride=1) for lab in self._labels]
@@ -219,6 +220,7 @@ class ReasoningNode(LifecycleNode):
         )
         self.stats = self.cycle.stats
         self._prev_counts = {}
+        self._touch_output_paths()
         self.lifecycle_state = "inactive"
         self.get_logger().info(
             f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path}, "
@@ -228,6 +230,13 @@ class ReasoningNode(LifecycleNode):
         )
         self._check_deadline()
         return SUCCESS
+
+    def _touch_output_paths(self) -> None:
+        """Run once, at configure, the code the first cycles would otherwise run for the first time (percentiles
+        of the statistics, the debug-image drawing), so no one-time cost lands in an early cycle."""
+        self.stats.summary()
+        render_debug(np.zeros((8, 16, 3), np.uint8), [], np.zeros(ACTION_TOKENS, np.float32), self.p["action_low"],
+                     self.p["action_high"], "warm", self._labels)
 
     def _check_deadline(self) -> None:
         """WARN (log and /diagnostics) when the warmed-up estimate can never fit the budget."""
@@ -296,7 +305,7 @@ class ReasoningNode(LifecycleNode):
         self.engine_shutdown()
         self.engine = self.cycle = self.admission = None
         self._thumbs.clear()
-        gc.collect()
+        release_after_run()
         if self.backend_name == "cuda":  # hand the freed blocks back to the device, not only to CuPy's pool
             try:
                 import cupy
@@ -452,6 +461,8 @@ class ReasoningNode(LifecycleNode):
             except Exception:  # noqa: BLE001 - a transition in progress elsewhere: release directly
                 self._release()
         self.stop_timers()
+        if getattr(self, "gc_pauses", None) is not None:
+            self.gc_pauses.remove()
         self.lifecycle_state = "finalized"
 
     # --- the cycle -----------------------------------------------------------------------------------
@@ -645,6 +656,7 @@ class ReasoningNode(LifecycleNode):
         r["period_ms"] = self.p["period_ms"]
         if self._admission_warning:
             r["admission_warning"] = self._admission_warning
+        r.update(self.gc_pauses.summary())
         return r, c
 
     def _camera_values(self) -> dict:
