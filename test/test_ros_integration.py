@@ -418,8 +418,9 @@ def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
         acts, cyc = check_common(lst, node, t0, t1, stamps)
         r = reasons(cyc)
         assert all(v["source"] == "fallback" for _, v, _ in cyc), f"the slow model never makes the deadline: {r}"
-        # "repeat" here is a fallback: no new frame since the last (background probe) chunk
-        assert set(r) <= {"refused", "busy", "overrun", "repeat"} and r["refused"] > 0, r
+        # "repeat" here is a fallback: no new frame since the last (background probe) chunk; "stale_frame" when the
+        # replay process is starved for 200 ms on a loaded box (seen once in CI-like load), a fallback as well
+        assert set(r) <= {"refused", "busy", "overrun", "repeat", "stale_frame"} and r["refused"] > 0, r
         with lst.lock:
             allc = [v for _, v, _ in lst.cycles]
         cms = np.array([float(v["cycle_ms"]) for v in allc])
