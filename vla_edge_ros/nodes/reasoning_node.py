@@ -173,7 +173,12 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().info("autostart is false: waiting in 'unconfigured' for lifecycle transitions "
                                    "(ros2 lifecycle set /vla_edge configure, then activate)")
             return True
-        return self.trigger_configure() == SUCCESS and self.trigger_activate() == SUCCESS
+        if self.trigger_configure() != SUCCESS:
+            return False
+        if self.trigger_activate() != SUCCESS:
+            self.startup_error = self.startup_error or StartupError("activate failed (see the log)")
+            return False
+        return True
 
     def _guard_change_state_service(self) -> None:
         """rclpy's ~/change_state handler raises on a transition the current state does not have (e.g. activate
@@ -250,9 +255,15 @@ class ReasoningNode(LifecycleNode):
         ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
         self.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
         self.period_s = self.p["period_ms"] / 1000.0
-        self.timer = self.create_timer(self.period_s, self._on_tick, clock=Clock(clock_type=ClockType.STEADY_TIME))
-        if self.camera is not None:
-            self.camera.start()
+        try:
+            self.timer = self.create_timer(self.period_s, self._on_tick,
+                                           clock=Clock(clock_type=ClockType.STEADY_TIME))
+            if self.camera is not None:
+                self.camera.start()
+        except Exception as e:  # noqa: BLE001 - rclpy would swallow it silently; say why, then on_error releases
+            self.startup_error = StartupError(f"activate failed: {type(e).__name__}: {e}")
+            self.get_logger().error(str(self.startup_error))
+            return TransitionCallbackReturn.ERROR
         self.lifecycle_state = "active"
         self.get_logger().info("active: control timer running, camera subscribed, publishing actions")
         return ret
