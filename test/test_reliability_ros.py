@@ -480,9 +480,10 @@ def test_8k_frames_over_the_cap_are_dropped_before_conversion(domain, tmp_path, 
         with lst.lock:
             times = [t for t, _, _ in lst.actions if t0 <= t < t1]
         gap_ms = max(b - a for a, b in zip(times, times[1:])) * 1000.0
+        rss = [ln for ln in open(f"/proc/{node.p.pid}/status") if ln.startswith(("VmRSS", "VmHWM"))]
         print(f"8K rgb8, caps {caps}: {d['frames_received']} received, {d['invalid_too_large']} too_large, "
               f"{d['frames_valid']} valid; longest gap between actions {gap_ms:.0f} ms "
-              f"(node: action_gap_ms_max {d['action_gap_ms_max']})")
+              f"(node: action_gap_ms_max {d['action_gap_ms_max']}); node {' '.join(' '.join(rss).split())}")
         assert int(d["frames_received"]) >= frames - 1
         if caps == "default":
             assert int(d["invalid_too_large"]) == int(d["frames_received"]) and int(d["frames_valid"]) == 0
