@@ -397,6 +397,39 @@ def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, tiny_model):
     assert node.stop() == 0, node.output()[-3000:]
 
 
+def test_four_bit_parallel_model_runs_in_the_node(domain, tmp_path, procs):
+    """A 4-bit (compressed-tensors) parallel-decoding model dir runs in the node like any other: model actions
+    from the camera's frames, /diagnostics names the weights and the decoding, and the admission counts its
+    chunk as a 40-token prefill with no decode phase."""
+    from vla_edge_ros.tools.make_model import make_model
+    from vla_edge_ros.tools.replay import make_test_bag
+
+    model = tmp_path / "micro-w4-parallel"
+    make_model(str(model), preset="micro", seed=0, quant="compressed-tensors", action_decoding="parallel")
+    bag = make_test_bag(tmp_path / "bag", frames=60, fps=30.0, storage="sqlite3")
+    node = start_vla_edge(procs, domain, tmp_path, str(model), {"backend": "numpy"},
+                          remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.cycles) > 5, 60, "the first cycles of vla_edge")
+        start_replay(procs, domain, tmp_path, bag, "--loop")
+        lst.wait_for(lambda: sum(v["reason"] == "fresh" for _, v, _ in lst.cycles) >= 10, 30, "10 fresh actions")
+        # (wait_for holds the listener's lock while it calls the predicate: read lst.diags directly)
+        lst.wait_for(lambda: any("action_decoding" in d for _, d in lst.diags), 5, "a /diagnostics roll-up")
+        d = lst.last_diag()
+        assert d["weights"] == "w4" and d["action_decoding"] == "parallel", d
+        assert float(d["ema_decode_per_token"]) == 0.0 and float(d["ema_prefill_per_token"]) > 0, d
+        # the estimate counts 40 prefill tokens (32 vision + 8 action queries) and no decode tokens
+        want = float(d["ema_vision"]) + 40 * float(d["ema_prefill_per_token"]) + float(d["ema_other"])  # tail_k 0
+        assert float(d["ema_estimate"]) == pytest.approx(want, rel=2e-3), d
+        with lst.lock:
+            fresh = [v for _, v, _ in lst.cycles if v["reason"] == "fresh"]
+        assert fresh and all(v["source"] == "model" for v in fresh)
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+
+
 def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
     from vla_edge_ros.tools.replay import make_test_bag
 

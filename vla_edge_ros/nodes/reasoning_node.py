@@ -228,7 +228,9 @@ class ReasoningNode(LifecycleNode):
         self._touch_output_paths()
         self.lifecycle_state = "inactive"
         self.get_logger().info(
-            f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path}, "
+            f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path} "
+            f"({getattr(engine, 'weight_format', '?')} weights, {getattr(engine, 'action_decoding', '?')} action "
+            f"decoding), "
             f"period {p['period_ms']} ms, margin {p['safety_margin_ms']} ms, policy {p['policy']}, "
             f"capacity {p['kv_capacity_tokens']} tokens, fallback {p['fallback']}; "
             f"chunk estimate {admission.estimate_ms():.2f} ms ({len(timings)} warm-up chunks)"
@@ -362,9 +364,11 @@ class ReasoningNode(LifecycleNode):
         engine = self._make_engine(self._engine_factory, model_path)
         try:
             self._install_test_fault(engine)
+            # a parallel-decoding model's chunk is one 40-token prefill and no decode phase
+            prefill_tokens, decode_tokens = getattr(engine, "phase_tokens", (VISION_TOKENS, ACTION_TOKENS))
             admission = AdmissionController(
                 period_ms=p["period_ms"], safety_margin_ms=p["safety_margin_ms"], ema_alpha=p["ema_alpha"],
-                prefill_tokens=VISION_TOKENS, decode_tokens=ACTION_TOKENS, tail_k=p["tail_k"],
+                prefill_tokens=prefill_tokens, decode_tokens=decode_tokens, tail_k=p["tail_k"],
             )
             try:
                 timings = warm_up(engine, p["warmup_chunks"], should_stop=self.abort.is_set)
@@ -660,6 +664,8 @@ class ReasoningNode(LifecycleNode):
         r["prompt_tokens"] = es.get("prompt_tokens", "n/a")
         r["policy"] = self.p["policy"]
         r["backend"] = self.backend_name
+        r["weights"] = es.get("weights", "n/a")  # bf16 or w4 (4-bit): what the model dir holds
+        r["action_decoding"] = es.get("action_decoding", "n/a")
         peaks = [self.vram.peak_bytes, es.get("peak_vram_bytes")]
         peaks = [int(x) for x in peaks if x is not None]
         r["vram_peak_mb"] = max(peaks) / 2**20 if peaks else "n/a"
