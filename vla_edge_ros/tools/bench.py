@@ -39,7 +39,7 @@ import numpy as np
 from ..admission import AdmissionController
 from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
 from ..constants import ACTION_TOKENS, VISION_TOKENS
-from ..cycle import REASONS, ReasoningCycle
+from ..cycle import REASONS, ReasoningCycle, release_after_run, settle_after_warmup, warm_up
 from ..engine import Engine, cuda_available, system_prompt_ids
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
@@ -123,11 +123,16 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
     engine = Engine(model_dir, backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy,
                     window_frames=args.window_frames, vram_ceiling_gb=args.vram_ceiling_gb, weights=weights)
     try:
-        warm = engine.warmup(args.warmup_chunks, seed=args.seed)
+        # as the node: the last warm-up chunk on the engine's worker thread, then the collector settled and frozen,
+        # so neither a first chunk on a new thread nor a full collection lands in the first control cycles
+        warm = warm_up(engine, args.warmup_chunks, seed=args.seed)
+        prefill_tokens, decode_tokens = engine.phase_tokens  # a parallel model: 40 prefill tokens, no decode
         admission = AdmissionController(period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms,
-                                        tail_k=args.tail_k)
+                                        tail_k=args.tail_k, prefill_tokens=prefill_tokens,
+                                        decode_tokens=decode_tokens)
         for t in warm[1:] if len(warm) > 1 else warm:  # the first chunk carries compile/first-touch cost
             admission.update(t)
+        settle_after_warmup()
         fb = FrameBuffer()
         stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
         cycle = ReasoningCycle(engine, fb, admission, period_ms=args.period_ms,
@@ -218,9 +223,24 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
             "admission_budget_ms_p50": _median(per_cycle["remaining_ms"]),
         }
+        metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
+        release_after_run()
         engine.close()
+
+
+def model_labels(model_dirs: list[str], all_weights) -> list[str]:
+    """Short, distinct labels for the models of one bench run: directory name + weights / decoding."""
+    labels = []
+    for d, w in zip(model_dirs, all_weights):
+        kind = ("w4" if w.cfg.quant is not None else "bf16") + ("-parallel" if w.cfg.action_decoding == "parallel"
+                                                                 else "")
+        label = f"{os.path.basename(os.path.normpath(d))}[{kind}]"
+        while label in labels:
+            label += "'"
+        labels.append(label)
+    return labels
 
 
 # --- reporting ----------------------------------------------------------------------------------------
@@ -313,7 +333,8 @@ def write_plot(report: dict, series: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    clips, policies = report["clips"], report["config"]["policies"]
+    clips = report["clips"]
+    policies = list(clips[0]["policies"]) if clips else []  # the run keys: POLICY, or MODEL:POLICY for several models
     period, margin = report["config"]["period_ms"], report["config"]["safety_margin_ms"]
     rows_per_clip = 1 + len(policies)
     fig = plt.figure(figsize=(15, 2.5 * rows_per_clip * len(clips)))
@@ -396,7 +417,10 @@ def build_parser() -> Parser:
 
     p = Parser(prog="vla-edge-bench", description=__doc__.splitlines()[0],
                epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="HF-layout model dir (default: generate --preset into a temp dir)")
+    p.add_argument("--model", action="append",
+                   help="HF-layout model dir (default: generate --preset into a temp dir); give it more than once to "
+                        "compare models side by side (e.g. bf16 and 4-bit, autoregressive and parallel): each model "
+                        "runs every policy, labelled MODEL:POLICY")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                    help="model preset to generate when --model is omitted (default: tiny)")
     p.add_argument("--clip", action="append", required=True,
@@ -458,7 +482,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    for problem in (check_out_dir(args.out, args.force), check_model_dir(args.model) if args.model else None):
+    for problem in (check_out_dir(args.out, args.force), *(check_model_dir(m) for m in args.model or [])):
         if problem:
             return fail("vla-edge-bench", problem)
     try:
@@ -490,29 +514,32 @@ def run(args, argv) -> int:
     out = AtomicOutDir(args.out)
     tmp_model = None
     try:
-        if args.model is None:
+        if not args.model:
             from .make_model import make_model
 
             tmp_model = tempfile.mkdtemp(prefix=f"vla-bench-{args.preset}-")
-            args.model = make_model(tmp_model, preset=args.preset, seed=args.seed)
-            model_name = f"generated {args.preset} (seed {args.seed})"
+            args.model = [make_model(tmp_model, preset=args.preset, seed=args.seed)]
+            model_names = [f"generated {args.preset} (seed {args.seed})"]
         else:
-            model_name = args.model
-        weights = load_weights(args.model)
+            model_names = list(args.model)
+        all_weights = [load_weights(m) for m in args.model]
+        weights = all_weights[0]
         cfg = weights.cfg
         backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")
         args.backend = backend
         if args.kv_capacity is None:
-            prompt = len(system_prompt_ids(args.model, cfg.vocab_size))
+            prompt = len(system_prompt_ids(args.model[0], cfg.vocab_size))
             args.kv_capacity = (CUDA_CAPACITY if backend == "cuda"
                                 else prompt + ACTION_TOKENS + VISION_TOKENS * NUMPY_FRAMES)
 
         n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
-        progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip), unit="tick", file=sys.stderr,
+        progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip) * len(args.model), unit="tick",
+                        file=sys.stderr,
                         disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
         clips, series = [], {}
+        labels = model_labels(args.model, all_weights)
         for spec, source, frames in sources:
-            embeddings = pooled_embeddings(weights, frames)
+            embeddings = [pooled_embeddings(w, frames) for w in all_weights]
             name = source.name if spec not in SYNTHETIC else spec
             while name in series:
                 name += "'"
@@ -524,11 +551,13 @@ def run(args, argv) -> int:
                     "damaged_frames": source.counters.skipped_corrupt, "policies": {}}
             clip["notes"] = clip_notes(clip, args.camera_hz, run_frames)
             series[name] = {}
-            for policy in args.policies:
-                progress.set_postfix_str(f"{name} {policy}")
-                clip["policies"][policy], series[name][policy] = run_policy(
-                    args, weights, args.model, policy, frames, embeddings, progress)
-                gc.collect()  # drop the previous engine's cache before the next one allocates
+            for label, mdir, w, emb in zip(labels, args.model, all_weights, embeddings):
+                for policy in args.policies:
+                    key = policy if len(args.model) == 1 else f"{label}:{policy}"
+                    progress.set_postfix_str(f"{name} {key}")
+                    clip["policies"][key], series[name][key] = run_policy(
+                        args, w, mdir, policy, frames, emb, progress)
+                    gc.collect()  # drop the previous engine's cache before the next one allocates
             clips.append(clip)
         progress.close()
 
@@ -538,9 +567,13 @@ def run(args, argv) -> int:
             "command": "vla-edge-bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "machine": machine_info(),
             "backend": backend,
-            "model": {"name": model_name, "config": {k: getattr(cfg, k) for k in (
-                "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "intermediate_size", "vocab_size")}},
+            "model": {"name": ", ".join(f"{lab} = {n}" if len(model_names) > 1 else n
+                                        for lab, n in zip(labels, model_names)),
+                      "weights": [("w4" if w.cfg.quant is not None else "bf16") for w in all_weights],
+                      "action_decoding": [w.cfg.action_decoding for w in all_weights],
+                      "config": {k: getattr(cfg, k) for k in (
+                          "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                          "intermediate_size", "vocab_size")}},
             "config": {"policies": args.policies, "seconds": args.seconds, "camera_hz": args.camera_hz,
                        "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
                        "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity,
