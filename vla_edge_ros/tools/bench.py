@@ -234,8 +234,8 @@ def model_labels(model_dirs: list[str], all_weights) -> list[str]:
     """Short, distinct labels for the models of one bench run: directory name + weights / decoding."""
     labels = []
     for d, w in zip(model_dirs, all_weights):
-        kind = ("w4" if w.cfg.quant is not None else "bf16") + ("-parallel" if w.cfg.action_decoding == "parallel"
-                                                                 else "")
+        kind = ("w4" if w.cfg.quant is not None else "bf16") + \
+            ("-parallel" if w.cfg.action_decoding == "parallel" else "")
         label = f"{os.path.basename(os.path.normpath(d))}[{kind}]"
         while label in labels:
             label += "'"
