@@ -1,9 +1,11 @@
 // Prefill projections on 4-bit weights (W4A16), tensor cores: Y[T, N] (=|+=) X[T, K] . W[N, K]^T, T = 32 rows
 // (gemm_w4_t32) or 48 (gemm_w4_t48: 32 vision tokens + 8 parallel action queries + zero padding). X bf16; W as
 // in gemv_w4.cu (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16); fp32 accumulation.
-// Structure as gemm.cu (grid (N/64, ksplit), 4 warps of 16 W rows, 64-wide k chunks, split-K with atomics in
-// mode 1, which also fuses the residual add and the q/k/v bias). What differs: a lane's 16 k-values of a W row
-// are one 8-byte load of nibbles; the B operand is (q - z) converted to bf16, which is exact for these small
+// Structure as gemm.cu (64-wide k chunks, split-K with atomics in mode 1, which also fuses the residual add and the
+// q/k/v bias), except that a warp owns 8*W4_NT = 32 W rows (grid (N/128, ksplit), 4 warps): a 4-bit row chunk is a
+// quarter of a bf16 one, so the X fragments a warp loads from L2 for every chunk would otherwise outweigh the
+// weights it streams; 32 rows a warp halve those loads per weight byte. A lane's 16 k-values of a W row are one
+// 8-byte load of nibbles; the B operand is (q - z) converted to bf16, which is exact for these small
 // integers, and the group scale is applied to the fp32 accumulators once per 64-wide chunk (a chunk never
 // straddles a 128-group): acc += s[n] * (X . (q - z)). Twin: ops.linear on QuantTensor.dequantize().
 #include "common.cuh"
@@ -29,11 +31,13 @@ __device__ __forceinline__ unsigned wsel(const uint4& a, const uint4& b, int i) 
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
+#define W4_NT 4  // n-tiles of 8 rows per warp
+
 template <int MT>
 struct W4Chunk {
-    uint2 b[2];         // [n-tile]: 16 nibbles of row n0 + j*8 + r at k0 + q*16
-    unsigned zz[2];     // bf16x2 bits of (128 + z, 128 + z) for that row's group
-    uint4 a[MT][2][2];  // [m-tile][row r / r+8][half]
+    uint2 b[W4_NT];      // [n-tile]: 16 nibbles of row n0 + j*8 + r at k0 + q*16
+    unsigned zz[W4_NT];  // bf16x2 bits of (128 + z, 128 + z) for that row's group
+    uint4 a[MT][2][2];   // [m-tile][row r / r+8][half]
 };
 
 template <int MT>
@@ -42,7 +46,7 @@ __device__ __forceinline__ void w4_load_chunk(W4Chunk<MT>& c, const bf16_t* __re
                                               int n0, int k0, int lane) {
     const int r = lane >> 2, q = lane & 3;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < W4_NT; ++j) {
         const size_t row = (size_t)(n0 + j * 8 + r);
         const unsigned* p = Q + row * (K >> 3) + (k0 >> 3) + q * 2;
         asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(c.b[j].x), "=r"(c.b[j].y) : "l"(p));
@@ -61,12 +65,12 @@ __device__ __forceinline__ void w4_load_chunk(W4Chunk<MT>& c, const bf16_t* __re
 
 // t = X . (q - z) over the chunk (same k permutation for A and B as gemm.cu: word i of a lane = elements 2i, 2i+1)
 template <int MT>
-__device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[2][4]) {
+__device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[W4_NT][4]) {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-        unsigned b0[2], b1[2];
+        unsigned b0[W4_NT], b1[W4_NT];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < W4_NT; ++j) {
             // bf16 pair i (elements 2i, 2i+1 of the lane's 16) = nibbles 2(i&3), 2(i&3)+1 of word i>>2
             const int i0 = 2 * s, i1 = 2 * s + 1;
             b0[j] = w4_bfpair(i0 < 4 ? c.b[j].x : c.b[j].y, i0 & 3, c.zz[j]);
@@ -79,7 +83,7 @@ __device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[2]
             const unsigned a2 = wsel(c.a[mt][0][0], c.a[mt][0][1], 2 * s + 1);
             const unsigned a3 = wsel(c.a[mt][1][0], c.a[mt][1][1], 2 * s + 1);
 #pragma unroll
-            for (int j = 0; j < 2; ++j) mma_bf16_16816(t[mt][j], a0, a1, a2, a3, b0[j], b1[j]);
+            for (int j = 0; j < W4_NT; ++j) mma_bf16_16816(t[mt][j], a0, a1, a2, a3, b0[j], b1[j]);
         }
     }
 }
@@ -89,52 +93,52 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
                                              const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y, int N,
                                              int K, int mode) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n0 = blockIdx.x * 64 + warp * 16;
+    const int n0 = blockIdx.x * (32 * W4_NT) + warp * (8 * W4_NT);
     const int nch = K >> 6;
     const int per = (nch + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
     const int c1 = min(nch, c0 + per);
-    // L2 prefetch of this warp's 16 rows of nibbles over its k range (a 64-wide chunk of a row is 32 bytes)
-    for (int e = lane; e < 16 * (c1 - c0); e += 32) {
+    // L2 prefetch of this warp's rows of nibbles over its k range (a 64-wide chunk of a row is 32 bytes)
+    for (int e = lane; e < 8 * W4_NT * (c1 - c0); e += 32) {
         const int rr = e / (c1 - c0), cc = c0 + e % (c1 - c0);
         asm volatile("prefetch.global.L2 [%0];" ::"l"(Q + (size_t)(n0 + rr) * (K >> 3) + cc * 8));
     }
     PDL_ENTRY();
     const int r = lane >> 2, q = lane & 3;
-    float acc[MT][2][4];
+    float acc[MT][W4_NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-    for (int c = c0; c < c1; c += 4) {
-        W4Chunk<MT> ch[4];
+    for (int c = c0; c < c1; c += 2) {
+        W4Chunk<MT> ch[2];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < 2; ++u)
             if (c + u < c1) w4_load_chunk(ch[u], X, Q, SZ, K, n0, (c + u) * 64, lane);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < 2; ++u) {
             if (c + u >= c1) break;
-            float t[MT][2][4];
+            float t[MT][W4_NT][4];
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
-                for (int j = 0; j < 2; ++j)
+                for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) t[i][j][e] = 0.f;
             w4_mma_chunk(ch[u], t);
             const int g = ((c + u) * 64) >> 7;
-            float s[2][2];
+            float s[W4_NT][2];
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     s[j][h] = w4g_scale(__ldg(SZ + (size_t)(n0 + j * 8 + q * 2 + h) * (K >> 7) + g), sbf);
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
-                for (int j = 0; j < 2; ++j)
+                for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = fmaf(s[j][e & 1], t[i][j][e], acc[i][j][e]);
         }
@@ -143,7 +147,7 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int t = mt * 16 + r + (e >> 1) * 8;

@@ -253,6 +253,7 @@ __device__ __forceinline__ void w4_proj_body(const float* __restrict__ a, const 
 }
 
 #define W4_RB 4
+#define W4_RB_QKV 2  // 4 rows of K = 1536 spill at the 128 registers that 2 blocks/SM allow
 #define W4_RB_PAIRS 1
 
 #define W4_INSTANCES(KV)                                                                                          \
@@ -261,7 +262,7 @@ __device__ __forceinline__ void w4_proj_body(const float* __restrict__ a, const 
         const unsigned* __restrict__ SZ, int sbf, const float* __restrict__ bias, int K, int NQ, int NKVD,       \
         float* __restrict__ q_out, bf16_t* __restrict__ kc, bf16_t* __restrict__ vc,                             \
         const int* __restrict__ order, const int* __restrict__ params, int q_off, int cap, int D) {               \
-        w4_qkv_body<KV, W4_RB>(x, ln, eps, Q, SZ, sbf, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off,   \
+        w4_qkv_body<KV, W4_RB_QKV>(x, ln, eps, Q, SZ, sbf, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off,   \
                                cap, D);                                                                           \
     }                                                                                                             \
     extern "C" __global__ void __launch_bounds__(W4_THREADS, 2) w4_gateup_##KV(                                   \

@@ -320,8 +320,8 @@ def test_w4_device_arrays_match_the_test_packing():
 
 
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("rows,N,K,mode", [(32, 128, 512, 0), (32, 1024, 1536, 1), (32, 64, 8960, 1),
-                                           (48, 128, 1536, 0), (48, 512, 8960, 1)])
+@pytest.mark.parametrize("rows,N,K,mode", [(32, 128, 512, 0), (32, 1024, 1536, 1), (32, 128, 8960, 1),
+                                           (48, 128, 1536, 0), (48, 512, 8960, 1), (48, 17920, 1536, 0)])
 def test_gemm_w4(k, scale_dtype, rows, N, K, mode):
     rng = np.random.default_rng()
     Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
@@ -329,7 +329,7 @@ def test_gemm_w4(k, scale_dtype, rows, N, K, mode):
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
     Y = cp.asarray(y0) if mode else poison((rows, N))
     ks = 1 if mode == 0 else 5
-    getattr(k, f"gemm_w4_t{rows}")((N // 64, ks), (128,), (cp.asarray(X), Q, SZ, sbf, Y, i32(N), i32(K), i32(mode)))
+    getattr(k, f"gemm_w4_t{rows}")((N // 128, ks), (128,), (cp.asarray(X), Q, SZ, sbf, Y, i32(N), i32(K), i32(mode)))
     ref = bf16_to_f32(X) @ w.T + (y0 if mode else 0)
     assert rel(Y.get(), ref) < 3e-5
 

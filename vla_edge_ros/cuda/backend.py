@@ -41,7 +41,7 @@ i32, f32 = np.int32, np.float32
 # decode GEMV shapes: KV = 16-byte (bf16) or 4-byte (4-bit) chunks per lane per K segment. q/k/v and gate/up take
 # the whole row (the norm needs all of x); the o / down projections split K into segments of at most this many.
 PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
-W4_RB = {"qkv": 4, "gateup": 1, "o": 4, "down": 4}  # rows (gate/up: pairs) in flight per warp (gemv_w4.cu)
+W4_RB = {"qkv": 2, "gateup": 1, "o": 4, "down": 4}  # rows (gate/up: pairs) in flight per warp (gemv_w4.cu)
 
 
 def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
@@ -192,13 +192,16 @@ class CudaBackend:
     def _ks(self, n_tiles: int, k: int) -> int:
         return max(1, min(k // 64, math.ceil(2 * self.sms / n_tiles)))
 
-    def _gemm(self, X, W, Y, N, K, mode, ks):
+    def _gemm(self, X, W, Y, N, K, mode, split):
+        """Prefill GEMM; split: split K (the grid's y) sized for the tile count, or 1 (mode 0 needs 1)."""
         rows = self.lay.rows
-        if self.w4:
+        if self.w4:  # 128 W rows a block (gemm_w4.cu)
             Q, SZ = W
-            self.launch(f"gemm_w4_t{rows}", (N // 64, ks), (128,), (X, Q, SZ, self.sbf, Y, i32(N), i32(K), i32(mode)),
+            ks = self._ks(N // 128, K) if split else 1
+            self.launch(f"gemm_w4_t{rows}", (N // 128, ks), (128,), (X, Q, SZ, self.sbf, Y, i32(N), i32(K), i32(mode)),
                         dependent=False)
-        else:
+        else:  # 64 W rows a block (gemm.cu)
+            ks = self._ks(N // 64, K) if split else 1
             self.launch(f"gemm_bf16_t{rows}", (N // 64, ks), (128,), (X, W, Y, i32(N), i32(K), i32(mode)),
                         dependent=False)
 
@@ -215,7 +218,7 @@ class CudaBackend:
             kc, vc = self.kc[li], self.vc[li]
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln1"], eps, i32(H), self.xb, lw["bqkv"], i32(NQKV),
                                               self.qkv), dependent=False)
-            self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, 1, self._ks(NQKV // 64, H))
+            self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, 1, True)
             go("kv_write", (max(1, T * 2 * NKVD // 256),), (256,),
                (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc, self.order_dev, self.params_dev, i32(0),
                 i32(cap)), dependent=False)
@@ -225,13 +228,13 @@ class CudaBackend:
             go("attn_combine", (self.NKV * nrg * 64,), (128,),
                (self.part_o, self.part_ml, i32(nrg), i32(nsp), i32(T), i32(self.group), i32(NQ), self.att,
                 self.att_bf), dependent=False)
-            self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, 1, self._ks(H // 64, NQ))
+            self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, 1, True)
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
                dependent=False)
-            self._gemm(self.xb, lw["wgu"], self.gu, 2 * I, H, 0, 1)
+            self._gemm(self.xb, lw["wgu"], self.gu, 2 * I, H, 0, False)
             go("silu_mul_bf16", (min(1024, self.lay.rows * I // 256),), (256,), (self.gu, i32(self.lay.rows), i32(I),
                                                                                 self.xb), dependent=False)
-            self._gemm(self.xb, lw["wd"], self.x_pre, H, I, 1, self._ks(H // 64, I))
+            self._gemm(self.xb, lw["wd"], self.x_pre, H, I, 1, True)
 
     def _decode_pass(self, step: int):
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
