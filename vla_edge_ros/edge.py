@@ -31,13 +31,13 @@ SAFETY_MARGIN_MS = 2.0
 # by weight format, from a measured run on a GPU (see efficiency_from_measurement). None: not measured yet, and
 # projections are floors at 100 % of the bandwidth.
 # Keys: weight format, "-parallel" for parallel action decoding. Measured on an NVIDIA H200 (copy 4.2 TB/s),
-# 2026-11-30, qwen2.5-1.5b shape, full 4096-slot cache, 64-token prompt, 200 chunks (bash bench/gpu_call4.sh:
-# chunk_bench --model DIR --chunks 200 --breakdown): chunk bytes / device chunk p50 / copy bandwidth. On the H200
-# the chunk is bound by its chain of ~170-280 dependent kernels, not by bytes, so these fractions are low and a
-# projection with them is pessimistic for a board where the bytes dominate; the floor (1.0) is the optimistic
-# bound, and plan/chunk_bench print both.
-MEASURED_EFFICIENCY: dict[str, float | None] = {"bf16": 0.499, "w4": 0.150, "bf16-parallel": 0.194,
-                                                "w4-parallel": 0.044}
+# 2026-11-30 13:04 UTC, qwen2.5-1.5b shape, full 4096-slot cache, 64-token prompt, 200 chunks (bash
+# bench/gpu_final.sh: chunk_bench --model DIR --chunks 200 --breakdown): chunk bytes / device chunk p50 / copy
+# bandwidth. On the H200 the chunk is bound by its chain of ~170-280 dependent kernels, not by bytes, so these
+# fractions are low and a projection with them is pessimistic for a board where the bytes dominate; the floor
+# (1.0) is the optimistic bound, and plan/chunk_bench print both.
+MEASURED_EFFICIENCY: dict[str, float | None] = {"bf16": 0.502, "w4": 0.153, "bf16-parallel": 0.194,
+                                                "w4-parallel": 0.054}
 FLOOR_NOTE = "floor at 100 % of bandwidth (no measured efficiency): real chunks take longer"
 PEAK_NOTE = "vendor peak bandwidth: a copy reaches less, so the time is optimistic"
 
