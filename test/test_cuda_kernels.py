@@ -89,7 +89,7 @@ def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from):
     k.attn_partial((NKV, nrg, nsplit), (128,), args)
     out, outb = poison((T, NH * D)), poison((T, NH * D), np.uint16)
     k.attn_combine((NKV * nrg * 64,), (128,), (part_o, part_ml, i32(nrg), i32(nsplit), i32(T),
-                                                                  i32(group), i32(NH * D), out, outb))
+                                               i32(group), i32(NH * D), out, outb))
     # twin: keys at index j have position j; query t at n_prefix + t; causal by index
     kf = bf16_to_f32(kc)[:, order, :]
     vf = bf16_to_f32(vc)[:, order, :]
@@ -189,7 +189,7 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
 
 # ---------------------------------------------------------------------------------- decode GEMVs (gemv.cu)
 @pytest.mark.parametrize("H,NQ,NKV,rb,blocks", [(1536, 1536, 2, 1, 264), (1536, 1536, 2, 1, 5), (512, 512, 2, 1, 3),
-                                                 (512, 256, 1, 1, 264), (2048, 2048, 2, 1, 264)])
+                                                (512, 256, 1, 1, 264), (2048, 2048, 2, 1, 264)])
 def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
     rng = np.random.default_rng()
     D, cap = 128, 64
@@ -214,16 +214,17 @@ def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
     assert (np.delete(kc.get(), slot, axis=1) == 0).all() and (np.delete(vc.get(), slot, axis=1) == 0).all()
 
 
-@pytest.mark.parametrize("H,I,rb,blocks", [(1536, 8960, 1, 132), (1536, 8960, 1, 7), (512, 1024, 1, 3),
-                                           (512, 1024, 1, 264)])
-def test_g4_gateup(k, H, I, rb, blocks):
+@pytest.mark.parametrize("H,inter,rb,blocks", [(1536, 8960, 1, 132), (1536, 8960, 1, 7), (512, 1024, 1, 3),
+                                               (512, 1024, 1, 264)])
+def test_g4_gateup(k, H, inter, rb, blocks):
+    I = inter  # noqa: E741 - the intermediate size is I everywhere else
     rng = np.random.default_rng()
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     W = bf(rng, (2 * I, H), 0.05)
     act = poison(I)
     getattr(k, f"g4_gateup_{H // 256}x{rb}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6),
-                                                                   cp.asarray(W), i32(H), i32(I), act))
+                                                                 cp.asarray(W), i32(H), i32(I), act))
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
     Wf = bf16_to_f32(W)
     assert rel(act.get(), ops.silu_mul(h @ Wf[:I].T, h @ Wf[I:].T)) < 1e-5
@@ -278,7 +279,7 @@ def test_pdl_chain_launch_matches_plain(k):
     assert rel(outs[1], xr) < 1e-4
 
 
-# ---------------------------------------------------------------------------------- 4-bit weights (gemv_w4.cu, gemm_w4.cu)
+# ------------------------------------------------------------------------------ 4-bit weights (gemv_w4.cu, gemm_w4.cu)
 def w4_random(rng, N, K, scale_dtype):
     """Random 4-bit weight: (Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf, dequantized float32 [N, K]), packed here
     independently of the backend (nibble k of word j = element 8j+k)."""
@@ -360,8 +361,8 @@ def test_w4_qkv_writes_q_and_kv_slot(k, scale_dtype, H, NQ, NKV, blocks):
     q = poison(NQ)
     kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
     getattr(k, f"w4_qkv_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Q, SZ, sbf,
-                                                          cp.asarray(b), i32(H), i32(NQ), i32(NKVD), q, kc, vc, order,
-                                                          params, i32(3), i32(cap), i32(D)))
+                                                         cp.asarray(b), i32(H), i32(NQ), i32(NKVD), q, kc, vc, order,
+                                                         params, i32(3), i32(cap), i32(D)))
     ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), w, b)
     assert rel(q.get(), ref[:NQ]) < 1e-5
     slot = int(order[8].get())
@@ -372,16 +373,17 @@ def test_w4_qkv_writes_q_and_kv_slot(k, scale_dtype, H, NQ, NKV, blocks):
 
 
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("H,I,blocks", [(1536, 8960, 132), (1536, 8960, 7), (512, 1024, 3)])
-def test_w4_gateup(k, scale_dtype, H, I, blocks):
+@pytest.mark.parametrize("H,inter,blocks", [(1536, 8960, 132), (1536, 8960, 7), (512, 1024, 3)])
+def test_w4_gateup(k, scale_dtype, H, inter, blocks):
+    I = inter  # noqa: E741 - the intermediate size is I everywhere else
     rng = np.random.default_rng()
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     Qg, SZg, sbf, wg = w4_random(rng, I, H, scale_dtype)
     Qu, SZu, _, wu = w4_random(rng, I, H, scale_dtype)
     act = poison(I)
-    getattr(k, f"w4_gateup_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Qg, SZg, Qu, SZu,
-                                                             sbf, i32(H), i32(I), act))
+    getattr(k, f"w4_gateup_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Qg, SZg, Qu,
+                                                            SZu, sbf, i32(H), i32(I), act))
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
     assert rel(act.get(), ops.silu_mul(h @ wg.T, h @ wu.T)) < 1e-5
 

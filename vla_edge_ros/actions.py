@@ -29,7 +29,8 @@ class ActionDecoder:
     def bins(self, tokens: np.ndarray) -> np.ndarray:
         b = np.asarray(tokens, np.int64) - self.first_token
         if b.shape != (ACTION_TOKENS,) or (b < 0).any() or (b >= ACTION_VOCAB).any():
-            raise ValueError(f"expected {ACTION_TOKENS} tokens in [{self.first_token}, {self.vocab_size}), got {tokens}")
+            raise ValueError(f"expected {ACTION_TOKENS} tokens in [{self.first_token}, {self.vocab_size}), "
+                             f"got {tokens}")
         return b
 
     def decode(self, tokens: np.ndarray) -> np.ndarray:

@@ -44,7 +44,6 @@ class ChunkResult:
     logits: np.ndarray | None = field(default=None, repr=False)
 
 
-
 def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: float):
     if name not in BACKENDS:
         raise EngineError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
@@ -115,12 +114,12 @@ class Engine:
 
     @property
     def weight_format(self) -> str:
-        """"w4" (4-bit weights, W4A16) or "bf16": what the model dir holds and the backend runs."""
+        """Weight format the model dir holds and the backend runs: "w4" (4-bit weights, W4A16) or "bf16"."""
         return "w4" if getattr(self.cfg, "quant", None) is not None else "bf16"
 
     @property
     def action_decoding(self) -> str:
-        """"autoregressive" (8 passes) or "parallel" (one pass): a property of the model, read from its dir."""
+        """Action decoding, a property of the model read from its dir: "autoregressive" (8 passes) or "parallel"."""
         return getattr(self.cfg, "action_decoding", "autoregressive")
 
     @property

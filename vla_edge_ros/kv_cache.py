@@ -102,8 +102,8 @@ class KvCache:
         plan = ChunkPlan(
             order=order,
             n_prefix=n_prefix,
-            frame_slots=order[n_prefix : n_prefix + self.frame_tokens],
-            action_slots=order[len(order) - self.action_tokens :],
+            frame_slots=order[n_prefix:n_prefix + self.frame_tokens],
+            action_slots=order[len(order) - self.action_tokens:],
             frame_id=frame_id,
             evicted=evicted,
         )
@@ -211,10 +211,10 @@ class KvCache:
         assert len(order) - 1 < cap, "position beyond capacity"
         assert plan.n_prefix == len(order) - self.frame_tokens - self.action_tokens
         assert np.array_equal(order[:n_prompt], self.prompt_slots), "order does not start with the prompt"
-        assert np.array_equal(plan.frame_slots, order[plan.n_prefix : plan.n_prefix + self.frame_tokens])
-        assert np.array_equal(plan.action_slots, order[len(order) - self.action_tokens :])
+        assert np.array_equal(plan.frame_slots, order[plan.n_prefix:plan.n_prefix + self.frame_tokens])
+        assert np.array_equal(plan.action_slots, order[len(order) - self.action_tokens:])
         assert np.array_equal(plan.action_slots, self.action_slots)
         # Layout only changes in plan_frame, so the last plan must still describe the cache exactly.
         assert plan.frame_id == retained[-1], "last planned frame is not the newest retained"
         expected_frames = [self._block_slots[self._block_of[f]] for f in retained]
-        assert np.array_equal(order[n_prompt : len(order) - self.action_tokens], np.concatenate(expected_frames))
+        assert np.array_equal(order[n_prompt:len(order) - self.action_tokens], np.concatenate(expected_frames))

@@ -107,7 +107,7 @@ class CudaBackend:
             self.layers.append({
                 "ln1": cp.asarray(lw["ln1"]), "ln2": cp.asarray(lw["ln2"]),
                 "wqkv": self._linear([lw["wq"], lw["wk"], lw["wv"]]),
-                "bqkv": cp.asarray(np.concatenate([bf16_to_f32(lw["bq"]), bf16_to_f32(lw["bk"]), bf16_to_f32(lw["bv"])])),
+                "bqkv": cp.asarray(np.concatenate([bf16_to_f32(lw[b]) for b in ("bq", "bk", "bv")])),
                 "wo": self._linear([lw["wo"]]),
                 "wgu": self._linear([lw["wg"], lw["wu"]]),
                 "wd": self._linear([lw["wd"]]),
@@ -232,8 +232,8 @@ class CudaBackend:
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
                dependent=False)
             self._gemm(self.xb, lw["wgu"], self.gu, 2 * I, H, 0, False)
-            go("silu_mul_bf16", (min(1024, self.lay.rows * I // 256),), (256,), (self.gu, i32(self.lay.rows), i32(I),
-                                                                                self.xb), dependent=False)
+            go("silu_mul_bf16", (min(1024, self.lay.rows * I // 256),), (256,),
+               (self.gu, i32(self.lay.rows), i32(I), self.xb), dependent=False)
             self._gemm(self.xb, lw["wd"], self.x_pre, H, I, 1, True)
 
     def _decode_pass(self, step: int):
@@ -244,13 +244,13 @@ class CudaBackend:
         nsp = self.lay.decode_splits
         go, g = self.launch, self.gemv
         go("embed_gather", (max(1, H // 256),), (256,), (self.emb_act, self.start_dev, self.tokidx_dev, i32(H),
-                                                          self.xdec))
+                                                         self.xdec))
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
             c = g["qkv"]
-            go(c["name"], (c["blocks"],), (256,), (self.xdec, lw["ln1"], eps, *self._w(lw["wqkv"]), lw["bqkv"], i32(H), i32(NQ),
-                                                   i32(NKVD), self.qdec, kc, vc, self.order_dev, self.params_dev,
-                                                   q_off, i32(cap), i32(D)))
+            go(c["name"], (c["blocks"],), (256,),
+               (self.xdec, lw["ln1"], eps, *self._w(lw["wqkv"]), lw["bqkv"], i32(H), i32(NQ), i32(NKVD), self.qdec,
+                kc, vc, self.order_dev, self.params_dev, q_off, i32(cap), i32(D)))
             go("attn_partial", (self.NKV, 1, nsp), (128,),
                (self.qdec, i32(NQ), kc, vc, self.order_dev, self.params_dev, q_off, i32(1), i32(self.group),
                 i32(cap), self.cos, self.sin, scale, i32(1), self.part_o, self.part_ml))
@@ -290,9 +290,9 @@ class CudaBackend:
         rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes, rt.memcpyHostToDevice,
                        s.ptr)
         self._stamp(0)
-        self.launch("vision_encode", (self.H // 32,), (256,), (self.frame_dev, self.patch_w, self.patch_b,
-                                                              self.pos_embed, i32(self.H), self.x_pre,
-                                                              self.pooled_dev), dependent=False)
+        self.launch("vision_encode", (self.H // 32,), (256,),
+                    (self.frame_dev, self.patch_w, self.patch_b, self.pos_embed, i32(self.H), self.x_pre,
+                     self.pooled_dev), dependent=False)
         if self.parallel:
             rt.memcpyAsync(self.x_pre[VISION_TOKENS].data.ptr, self.queries.data.ptr, self.queries.nbytes,
                            rt.memcpyDeviceToDevice, s.ptr)

@@ -54,7 +54,7 @@ class Launcher:
         self._prev_kernel = False
 
     def __call__(self, name, grid, block, args, shared_mem=0, dependent=True):
-        """Launch kernel ``name``; as a programmatic dependent of the previous kernel when ``dependent`` and PDL is on."""
+        """Launch kernel ``name``: a programmatic dependent of the previous kernel when ``dependent`` and PDL are on."""
         fn = getattr(self.k, name)
         s = self.stream
         ptr = _fn_ptr(fn) if (self.pdl and dependent and self._prev_kernel) else None

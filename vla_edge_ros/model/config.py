@@ -41,6 +41,7 @@ ACTION_DECODING = ("autoregressive", "parallel")
 @dataclass(frozen=True)
 class QuantConfig:
     """A checkpoint's 4-bit weight format, parsed from config.json's `quantization_config`."""
+
     method: str  # "awq" | "compressed-tensors"
     bits: int = 4
     group_size: int = 128
