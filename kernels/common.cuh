@@ -150,3 +150,28 @@ __device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W,
         for (int i = lane; i < lines; i += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + (size_t)i * 128));
     }
 }
+
+// Decode GEMVs (gemv.cu, gemv_w4.cu): lane l of a warp holds x[8c .. 8c+7] for c = l + 32u (u < KV).
+// Loads x and ln (after PDL_WAIT; both L2 hits) and leaves xr = x * ln; returns inv = rsqrt(mean(x^2) + eps), which
+// the caller applies to each finished dot product: rms_norm(x) . w = inv * ((x * ln) . w). ln is consumed chunk by
+// chunk, so it never occupies registers next to the weights in flight. The warp holds all K = 256*KV values of x.
+template <int KV>
+__device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln,
+                                                  int lane, int K, float eps, float (&xr)[KV][8]) {
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < KV; ++u) {
+        const int c = lane + 32 * u;
+        const float4* p = (const float4*)(x + 8 * c);
+        const float4 a = __ldg(p), b = __ldg(p + 1);
+        const uint4 l = __ldg((const uint4*)ln + c);
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const float lf[8] = {bflo(l.x), bfhi(l.x), bflo(l.y), bfhi(l.y), bflo(l.z), bfhi(l.z), bflo(l.w), bfhi(l.w)};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            ss = fmaf(v[e], v[e], ss);
+            xr[u][e] = v[e] * lf[e];
+        }
+    }
+    return rsqrtf(warp_sum(ss) / (float)K + eps);
+}

@@ -55,30 +55,6 @@ __device__ __forceinline__ void g4_load_x(const float* __restrict__ x, int lane,
     }
 }
 
-// Loads x and ln (after PDL_WAIT; both L2 hits) and leaves xr = x * ln; returns inv = rsqrt(mean(x^2) + eps), which
-// the caller applies to each finished dot product: rms_norm(x) . w = inv * ((x * ln) . w). ln is consumed chunk by
-// chunk, so it never occupies registers next to the weights in flight. The warp holds all K = 256*KV values of x.
-template <int KV>
-__device__ __forceinline__ float g4_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln, int lane,
-                                                int K, float eps, float (&xr)[KV][8]) {
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < KV; ++u) {
-        const int c = lane + 32 * u;
-        const float4* p = (const float4*)(x + 8 * c);
-        const float4 a = __ldg(p), b = __ldg(p + 1);
-        const uint4 l = __ldg((const uint4*)ln + c);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        const float lf[8] = {bflo(l.x), bfhi(l.x), bflo(l.y), bfhi(l.y), bflo(l.z), bfhi(l.z), bflo(l.w), bfhi(l.w)};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            ss = fmaf(v[e], v[e], ss);
-            xr[u][e] = v[e] * lf[e];
-        }
-    }
-    return rsqrtf(warp_sum(ss) / (float)K + eps);
-}
-
 template <int KV>
 __device__ __forceinline__ float g4_dot(const uint4 (&w)[KV], const float (&xr)[KV][8]) {
     float s = 0.f;
@@ -110,7 +86,7 @@ __device__ __forceinline__ void g4_qkv_body(const float* __restrict__ x, const b
     PDL_ENTRY();
     if (n >= N) return;
     float xr[KV][8];
-    const float inv = g4_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
     for (; n < N; n += RB * nw) {
         float acc[RB];
 #pragma unroll
@@ -154,7 +130,7 @@ __device__ __forceinline__ void g4_gateup_body(const float* __restrict__ x, cons
     PDL_ENTRY();
     if (i >= I) return;
     float xr[KV][8];
-    const float inv = g4_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
     for (; i < I; i += RB * nw) {
         float ag[RB], au[RB];
 #pragma unroll

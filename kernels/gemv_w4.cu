@@ -79,28 +79,6 @@ __device__ __forceinline__ void w4_xsum(const float (&xr)[KV][8], float (&xs)[KV
     }
 }
 
-// x[8c .. 8c+7] for c = wo + lane + 32u, times ln (when given); returns rsqrt(mean(x^2) + eps) over the whole row
-template <int KV>
-__device__ __forceinline__ float w4_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln, int lane,
-                                                int K, float eps, float (&xr)[KV][8]) {
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < KV; ++u) {
-        const int c = lane + 32 * u;
-        const float4* p = (const float4*)(x + 8 * c);
-        const float4 a = __ldg(p), b = __ldg(p + 1);
-        const uint4 l = __ldg((const uint4*)ln + c);
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        const float lf[8] = {bflo(l.x), bfhi(l.x), bflo(l.y), bfhi(l.y), bflo(l.z), bfhi(l.z), bflo(l.w), bfhi(l.w)};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            ss = fmaf(v[e], v[e], ss);
-            xr[u][e] = v[e] * lf[e];
-        }
-    }
-    return rsqrtf(warp_sum(ss) / (float)K + eps);
-}
-
 // q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K = 256*KV (one segment).
 template <int KV, int RB>
 __device__ __forceinline__ void w4_qkv_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
@@ -122,7 +100,7 @@ __device__ __forceinline__ void w4_qkv_body(const float* __restrict__ x, const b
     PDL_ENTRY();
     if (n >= N) return;
     float xr[KV][8], xs[KV];
-    const float inv = w4_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
     w4_xsum<KV>(xr, xs);
     for (; n < N; n += RB * nw) {
         float acc[RB];
@@ -172,7 +150,7 @@ __device__ __forceinline__ void w4_gateup_body(const float* __restrict__ x, cons
     PDL_ENTRY();
     if (i >= I) return;
     float xr[KV][8], xs[KV];
-    const float inv = w4_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
     w4_xsum<KV>(xr, xs);
     for (; i < I; i += RB * nw) {
         float ag[RB], au[RB];
