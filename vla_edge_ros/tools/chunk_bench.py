@@ -53,59 +53,48 @@ class _Skip:
         return (lambda *a, **kw: None) if self._skipped(name) else getattr(self.k, name)
 
 
-def breakdown(cp, be, reps=50) -> dict:
-    """Device time of decode pass 4 captured alone, with kernel families left out (cache as left)."""
+def leave_one_out(cp, be, enqueue, families: dict, reps: int) -> dict:
+    """Device ms of the work `enqueue()` adds to the stream, captured alone as a graph, once per entry of
+    `families` with those kernels (names, or prefixes ending in '*') replaced by no-ops (cache as left)."""
     out = {}
+    real = be.launch.k
+    s = be.stream
+    for name, skip in families.items():
+        be.launch.k = _Skip(real, skip)
+        be.launch.barrier()
+        s.begin_capture()
+        try:
+            enqueue()
+        finally:
+            g = s.end_capture()
+            be.launch.k = real
+        for _ in range(3):
+            g.launch(s)
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(s)
+        for _ in range(reps):
+            g.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        out[name] = round(cp.cuda.get_elapsed_time(e0, e1) / reps, 4)
+    return out
+
+
+def breakdown(cp, be, reps=50) -> dict:
+    """Decode pass 4 alone, with kernel families left out."""
     gemv = ["g4_*", "w4_*"]
     families = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
                 "no_gateup_down": ["g4_gateup_*", "g4_proj_*", "w4_gateup_*", "w4_proj_*"],
                 "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
-    real = be.launch.k
-    s = be.stream
-    for name, skip in families.items():
-        be.launch.k = _Skip(real, skip)
-        be.launch.barrier()
-        s.begin_capture()
-        be._decode_pass(4)
-        g = s.end_capture()
-        be.launch.k = real
-        for _ in range(3):
-            g.launch(s)
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(s)
-        for _ in range(reps):
-            g.launch(s)
-        e1.record(s)
-        e1.synchronize()
-        out[name] = round(cp.cuda.get_elapsed_time(e0, e1) / reps, 4)
-    return out
+    return leave_one_out(cp, be, lambda: be._decode_pass(4), families, reps)
 
 
 def prefill_breakdown(cp, be, reps=30) -> dict:
-    """Device time of the prefill captured alone, with kernel families left out (cache as left)."""
-    out = {}
+    """The prefill alone, with kernel families left out."""
     families = {"all": [], "no_gemm": ["gemm_*"], "no_attention": ["attn_*"], "no_norm": ["rmsnorm_bf16"],
                 "no_kv_write": ["kv_write"], "no_silu": ["silu_mul_bf16"],
                 "only_gemm": ["attn_*", "rmsnorm_bf16", "kv_write", "silu_mul_bf16"]}
-    real = be.launch.k
-    s = be.stream
-    for name, skip in families.items():
-        be.launch.k = _Skip(real, skip)
-        be.launch.barrier()
-        s.begin_capture()
-        be._prefill_layers(be.lay.tokens, 32)
-        g = s.end_capture()
-        be.launch.k = real
-        for _ in range(3):
-            g.launch(s)
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(s)
-        for _ in range(reps):
-            g.launch(s)
-        e1.record(s)
-        e1.synchronize()
-        out[name] = round(cp.cuda.get_elapsed_time(e0, e1) / reps, 4)
-    return out
+    return leave_one_out(cp, be, lambda: be._prefill_layers(be.lay.tokens, 32), families, reps)
 
 
 def pct(a, q):
