@@ -315,11 +315,15 @@ def test_soak_verdict_and_growth():
     assert growth_pct([100.0] * 10 + [101.0] * 10) == pytest.approx(1.0)
     assert growth_pct([100.0]) is None
     base = dict(rss_growth_pct=0.5, vram_growth_pct=None, cycles=1000, deadline_miss_rate=0.0, deadline_misses=0,
+                cycles_after_warmup=800, deadline_misses_after_warmup=0, deadline_miss_rate_after_warmup=0.0,
                 node_alive=True, node_exit=None, action_rate_hz=30.2, expected_rate_hz=1000 / 33)
     assert verdict(base, 2.0, 2.0, 0.0) == []
     assert "RSS grew" in verdict(dict(base, rss_growth_pct=2.5), 2.0, 2.0, 0.0)[0]
     assert "VRAM grew" in verdict(dict(base, vram_growth_pct=3.0), 2.0, 2.0, 0.0)[0]
-    assert "deadline-miss rate" in verdict(dict(base, deadline_miss_rate=0.001, deadline_misses=1), 2.0, 2.0, 0.0)[0]
+    late = dict(deadline_miss_rate_after_warmup=0.00125, deadline_misses_after_warmup=1)
+    assert "deadline-miss rate after warm-up" in verdict(dict(base, **late), 2.0, 2.0, 0.0)[0]
+    # a miss during warm-up (the camera's start) is reported in the summary but not judged
+    assert verdict(dict(base, deadline_miss_rate=0.001, deadline_misses=1), 2.0, 2.0, 0.0) == []
     assert "exited" in verdict(dict(base, node_alive=False, node_exit=1), 2.0, 2.0, 0.0)[0]
     assert not math.isnan(base["expected_rate_hz"])
 

@@ -102,10 +102,7 @@ def pct(a, q):
 
 
 def main(argv=None) -> int:
-    import cupy as cp
-
     from .. import edge
-    from ..cuda.backend import CudaBackend
     from ..eviction import make_policy
     from ..kv_cache import KvCache
     from ..model.weights import load_weights
@@ -121,6 +118,14 @@ def main(argv=None) -> int:
                    help="also time one decode pass and the prefill as graphs with kernel families left out "
                         "(differences = cost)")
     a = p.parse_args(argv)
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - no CuPy, no driver or no device: one line
+        print(f"chunk_bench: needs CuPy and a CUDA GPU ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    from ..cuda.backend import CudaBackend
 
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)

@@ -14,7 +14,9 @@ Writes ``samples.csv`` and ``summary.json`` into ``--out`` and prints a verdict:
 
 * RSS growth after warm-up < 2 % (median of the first 10 post-warm-up samples vs the last 10),
 * VRAM growth after warm-up < 2 % (when there is a GPU),
-* deadline-miss rate 0 (actions published after their deadline, as the node counts them),
+* deadline-miss rate 0 after warm-up (actions published after their deadline and timer ticks that never ran,
+  as the node counts them); misses during warm-up, which covers the camera's start (the replay's DDS discovery
+  has been seen to stall the node's process once for ~300 ms), are reported beside it but not judged,
 * the node stayed alive and kept publishing.
 
 Exit status 0 when the verdict passes, 1 when it fails, 2 when the run could not start.
@@ -101,9 +103,10 @@ def verdict(summary: dict, max_rss_growth: float, max_vram_growth: float, max_mi
         bad.append(f"VRAM grew {v:.2f} % after warm-up (limit {max_vram_growth} %)")
     if summary["cycles"] == 0:
         bad.append("no cycles")
-    elif summary["deadline_miss_rate"] > max_miss_rate:
-        bad.append(f"deadline-miss rate {summary['deadline_miss_rate']:.5f} ({summary['deadline_misses']} of "
-                   f"{summary['cycles']} cycles; limit {max_miss_rate})")
+    elif summary["deadline_miss_rate_after_warmup"] > max_miss_rate:
+        bad.append(f"deadline-miss rate after warm-up {summary['deadline_miss_rate_after_warmup']:.5f} "
+                   f"({summary['deadline_misses_after_warmup']} of {summary['cycles_after_warmup']} cycles; limit "
+                   f"{max_miss_rate})")
     if not summary["node_alive"]:
         bad.append(f"vla_edge exited during the soak (status {summary['node_exit']})")
     if summary["cycles"] and abs(summary["action_rate_hz"] - summary["expected_rate_hz"]) > 3.0:
@@ -375,6 +378,13 @@ def main(argv=None) -> int:
         diag_miss = int(_num(d_end.get("deadline_misses")) or 0) - diag_miss0
         cycles = max(totals["cycles"], diag_cycles)
         misses = max(totals["late"], diag_miss)
+        # after warm-up: the node's counters at the first post-warm-up sample, and the late cycles seen since
+        first_post = post[0] if post else None
+        miss_at_warmup = int(_num(first_post["diag_deadline_misses"]) or 0) - diag_miss0 if first_post else misses
+        cycles_at_warmup = int(_num(first_post["diag_cycles"]) or 0) - diag_cycles0 if first_post else cycles
+        late_post = sum(r["late"] for r in post[1:])
+        cycles_post = max(sum(r["cycles"] for r in post[1:]), diag_cycles - cycles_at_warmup)
+        misses_post = max(late_post, diag_miss - miss_at_warmup)
         summary = {
             "duration_s": round(window, 1), "warmup_s": a.warmup, "model": model, "source": source,
             "backend": d_end.get("backend"), "policy": a.policy, "kv_capacity_tokens": kv_cap,
@@ -388,6 +398,8 @@ def main(argv=None) -> int:
             "cycles": cycles, "cycles_seen": totals["cycles"], "model_actions": totals["model"],
             "fallbacks": totals["fallback"], "reasons": dict(reason_totals),
             "deadline_misses": misses, "deadline_miss_rate": misses / cycles if cycles else 0.0,
+            "cycles_after_warmup": cycles_post, "deadline_misses_after_warmup": misses_post,
+            "deadline_miss_rate_after_warmup": misses_post / cycles_post if cycles_post else 0.0,
             "expected_rate_hz": 1000.0 / period_ms, "action_rate_hz": totals["cycles"] / window if window else 0.0,
             "cycle_ms_p50": float(np.percentile(all_cycle_ms, 50)) if all_cycle_ms else None,
             "cycle_ms_p99": float(np.percentile(all_cycle_ms, 99)) if all_cycle_ms else None,
@@ -421,7 +433,8 @@ def main(argv=None) -> int:
               f"(growth {f(summary['vram_growth_pct'])} %)")
         print(f"cycles        {cycles} at {summary['action_rate_hz']:.1f} Hz; model {totals['model']}, "
               f"fallbacks {totals['fallback']} {dict(reason_totals)}")
-        print(f"deadline miss {misses} (rate {summary['deadline_miss_rate']:.5f})")
+        print(f"deadline miss {misses} (rate {summary['deadline_miss_rate']:.5f}); after warm-up {misses_post} of "
+              f"{cycles_post} (rate {summary['deadline_miss_rate_after_warmup']:.5f})")
         print(f"cycle latency p50 {f(summary['cycle_ms_p50'])} ms, p99 {f(summary['cycle_ms_p99'])} ms, max "
               f"{f(summary['cycle_ms_max'])} ms; chunk p50 {f(summary['chunk_ms_p50'])} ms, p99 "
               f"{f(summary['chunk_ms_p99'])} ms")
