@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -45,9 +46,9 @@ from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
 from ..metrics import CycleStats, VramSampler
 from ..model import ops
-from ..model.safetensors_io import ModelLoadError, bf16_to_f32
+from ..model.safetensors_io import ModelLoadError, OutputDirError, atomic_output_dir, bf16_to_f32
 from ..model.weights import load_weights
-from .cli import (AtomicOutDir, Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
+from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
 
 NUMPY_FRAMES = 24  # default frame capacity on the CPU: small enough that the cache fills within seconds
@@ -487,7 +488,7 @@ def main(argv=None) -> int:
             return fail("vla-edge-bench", problem)
     try:
         return run(args, argv)
-    except (ClipError, ModelLoadError, ValueError, OSError) as e:
+    except (ClipError, ModelLoadError, OutputDirError, ValueError, OSError) as e:
         return fail("vla-edge-bench", e if not isinstance(e, OSError) else f"{e.filename or ''}: {e.strerror or e}")
     except KeyboardInterrupt:
         return fail("vla-edge-bench", "interrupted; nothing written", 130)
@@ -511,7 +512,6 @@ def run(args, argv) -> int:
         # Decoded up front (a damaged clip fails before any run; decoding never competes with the engine).
         frames, _ = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction)
         sources.append((spec, source, frames))
-    out = AtomicOutDir(args.out)
     tmp_model = None
     try:
         if not args.model:
@@ -581,16 +581,18 @@ def run(args, argv) -> int:
                        "warmup_chunks": args.warmup_chunks, "seed": args.seed},
             "clips": clips,
         }
-        with open(out.tmp / "report.json", "w") as f:
-            json.dump(report, f, indent=1)
-        write_markdown(report, str(out.tmp / "report.md"))
-        write_plot(report, series, str(out.tmp / "report.png"))
-        final = out.commit()
+        # written into a temporary folder beside --out that replaces it only when complete
+        with atomic_output_dir(args.out, force=args.force) as tmp_dir:
+            tmp_out = Path(tmp_dir)
+            with open(tmp_out / "report.json", "w") as f:
+                json.dump(report, f, indent=1)
+            write_markdown(report, str(tmp_out / "report.md"))
+            write_plot(report, series, str(tmp_out / "report.png"))
+        final = Path(args.out).resolve()
         if not args.quiet:
             print((final / "report.md").read_text())
         return 0
     finally:
-        out.discard()
         if tmp_model is not None:
             shutil.rmtree(tmp_model, ignore_errors=True)
 

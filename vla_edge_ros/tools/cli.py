@@ -1,9 +1,10 @@
-"""Command-line helpers shared by the tools: checked option types, one-line input checks, atomic output.
+"""Command-line helpers shared by the tools: checked option types and one-line input checks.
 
 Every tool reports a bad option or input with one line on stderr and a non-zero exit status, never a
 traceback: argparse types raise ``ArgumentTypeError`` (argparse prints usage + one line, exit 2), the
-``check_*`` functions return a message or None, and :class:`AtomicOutDir` writes results into a temporary
-folder beside ``--out`` that replaces it only when everything was written.
+``check_*`` functions return a message or None. Results are written atomically with
+``model.safetensors_io.atomic_output_dir`` (a temporary folder beside ``--out`` that replaces it only when
+everything was written), which make_model, quantize and the bench share.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -125,32 +124,3 @@ def check_out_dir(path: str, force: bool = False) -> str | None:
     if not os.access(parent, os.W_OK):
         return f"--out {path}: {parent} is not writable"
     return None
-
-
-class AtomicOutDir:
-    """Write into a temporary folder next to ``path``; :meth:`commit` puts it in place of ``path``.
-
-    Readers never see a half-written report, and a failed run leaves an existing ``path`` untouched.  With
-    ``force`` the old folder is replaced (moved aside, then removed after the rename).
-    """
-
-    def __init__(self, path: str):
-        self.path = Path(path).expanduser().resolve()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary folder
-
-    def commit(self) -> Path:
-        old = None
-        if self.path.exists():
-            old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
-            os.rename(self.path, old)
-        os.rename(self.tmp, self.path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return self.path
-
-    def discard(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
