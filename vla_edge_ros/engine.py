@@ -115,17 +115,17 @@ class Engine:
     @property
     def weight_format(self) -> str:
         """Weight format the model dir holds and the backend runs: "w4" (4-bit weights, W4A16) or "bf16"."""
-        return "w4" if getattr(self.cfg, "quant", None) is not None else "bf16"
+        return self.cfg.weight_format
 
     @property
     def action_decoding(self) -> str:
         """Action decoding, a property of the model read from its dir: "autoregressive" (8 passes) or "parallel"."""
-        return getattr(self.cfg, "action_decoding", "autoregressive")
+        return self.cfg.action_decoding
 
     @property
     def phase_tokens(self) -> tuple[int, int]:
         """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts."""
-        if self.action_decoding == "parallel":
+        if self.cfg.parallel:
             return VISION_TOKENS + ACTION_TOKENS, 0
         return VISION_TOKENS, ACTION_TOKENS
 

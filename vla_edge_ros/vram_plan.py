@@ -37,14 +37,6 @@ def _align(n: int, a: int = 256) -> int:
     return (n + a - 1) // a * a
 
 
-def is_parallel(cfg) -> bool:
-    return getattr(cfg, "action_decoding", "autoregressive") == "parallel"
-
-
-def is_quantized(cfg) -> bool:
-    return getattr(cfg, "quant", None) is not None
-
-
 def cuda_shape_problems(cfg) -> list[str]:
     """Why the CUDA kernels cannot run this config (empty when they can). The kernels are written for the
     Qwen2.5 family's small members: head_dim 128, hidden <= 2048, sizes in multiples of 256."""
@@ -111,7 +103,7 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     group = NH // NKV
     NQ, NKVD = NH * D, NKV * D
     NQKV = NQ + 2 * NKVD
-    parallel, quant = is_parallel(cfg), is_quantized(cfg)
+    parallel, quant = cfg.parallel, cfg.weight_format == "w4"
     tokens = VISION_TOKENS + (ACTION_TOKENS if parallel else 0)
     rows = 48 if parallel else 32
     nrg_pre = math.ceil(tokens * group / 64)

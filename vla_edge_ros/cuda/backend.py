@@ -31,7 +31,7 @@ from ..constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, 
 from ..contract import BackendResult, PhaseTimings
 from ..model import ops
 from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
-from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout, is_parallel,  # noqa: F401
+from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
 from .launch import Launcher
@@ -70,7 +70,7 @@ class CudaBackend:
         self.NQ, self.NKVD = NH * D, NKV * D
         self.NQKV = self.NQ + 2 * self.NKVD
         self.V0 = cfg.vocab_size - ACTION_VOCAB
-        self.parallel = is_parallel(cfg)
+        self.parallel = cfg.parallel
         self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.lay = layout(cfg, self.capacity, self.sms)
         self.plan = self.lay.parts
@@ -80,8 +80,9 @@ class CudaBackend:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.k = Kernels()
         self.launch = Launcher(self.k, self.stream)
+        self.weight_format = cfg.weight_format
+        self.w4 = self.weight_format == "w4"
         self._upload_weights(weights)
-        self.weight_format = "w4" if self.w4 else "bf16"
         self.gemv = self._gemv_plan()
         self._allocate()
         self._peak = 0
@@ -99,9 +100,7 @@ class CudaBackend:
 
     def _upload_weights(self, w):
         cp = cupy
-        first = w.layers[0]["wq"]
-        self.w4 = not isinstance(first, np.ndarray)
-        self.sbf = i32(w4_device_arrays(first)[2]) if self.w4 else i32(0)
+        self.sbf = i32(self.w4 and w.layers[0]["wq"].scale_dtype == "bfloat16")  # the scale bits' type
         self.layers = []
         for lw in w.layers:
             self.layers.append({

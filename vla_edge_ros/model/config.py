@@ -156,6 +156,11 @@ class ModelConfig:
     def parallel(self) -> bool:
         return self.action_decoding == "parallel"
 
+    @property
+    def weight_format(self) -> str:
+        """Layer weight format: "w4" for 4-bit weights (a quantization_config), else "bf16"."""
+        return "bf16" if self.quant is None else "w4"
+
     def validate(self, where="config.json") -> None:
         problems = []
         if self.action_decoding not in ACTION_DECODING:

@@ -41,7 +41,7 @@ class ReferenceModel:
         self.v = np.zeros_like(self.k_raw)
         self.rotated_for = np.full(self.capacity, -1, np.int64)  # position k_rot[:, :, slot] is rotated for
         self.cos, self.sin = ops.rope_cos_sin(np.arange(self.capacity), d, cfg.rope_theta)
-        self.parallel = getattr(cfg, "action_decoding", "autoregressive") == "parallel"
+        self.parallel = cfg.parallel
         self.queries = action_queries(weights) if self.parallel else None
 
     # -- building blocks -------------------------------------------------------------------------

@@ -235,8 +235,7 @@ def model_labels(model_dirs: list[str], all_weights) -> list[str]:
     """Short, distinct labels for the models of one bench run: directory name + weights / decoding."""
     labels = []
     for d, w in zip(model_dirs, all_weights):
-        kind = ("w4" if w.cfg.quant is not None else "bf16") + \
-            ("-parallel" if w.cfg.action_decoding == "parallel" else "")
+        kind = w.cfg.weight_format + ("-parallel" if w.cfg.parallel else "")
         label = f"{os.path.basename(os.path.normpath(d))}[{kind}]"
         while label in labels:
             label += "'"
@@ -569,7 +568,7 @@ def run(args, argv) -> int:
             "backend": backend,
             "model": {"name": ", ".join(f"{lab} = {n}" if len(model_names) > 1 else n
                                         for lab, n in zip(labels, model_names)),
-                      "weights": [("w4" if w.cfg.quant is not None else "bf16") for w in all_weights],
+                      "weights": [w.cfg.weight_format for w in all_weights],
                       "action_decoding": [w.cfg.action_decoding for w in all_weights],
                       "config": {k: getattr(cfg, k) for k in (
                           "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
