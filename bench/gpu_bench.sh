@@ -9,30 +9,12 @@
 #   4. chunk_bench per kind (200 chunks, breakdown for the autoregressive ones) -> $OUT/cb_<kind>.json
 #   5. drift: awq vs bf16 over 120 frames of a real clip                       -> $OUT/drift.json
 set -o pipefail
-OUT=${OUT:-/tmp/vla_out}
-mkdir -p "$OUT"
-PY=${PY:-python3}
-M=${MODELS:-/tmp/vla_models}
-export PYTHONUNBUFFERED=1
-say() { echo "=== $(date +%T) $*"; }
+. "$(dirname "$0")/lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 say "1. kernel + tiny engine tests"
-$PY -m pytest -q -p no:cacheprovider test/test_cuda_kernels.py test/test_cuda_engine.py -m "not slow" \
-  --junitxml="$OUT/tests_tiny.xml" 2>&1 | tail -n 25
+gpu_tests 25
 say "2. models"
-mkdir -p "$M"
-[ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --out "$M/bf16" | tail -n 1
-[ -d "$M/awq" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --quant awq --out "$M/awq" | tail -n 1
-for k in bf16 awq; do
-  d="$M/$k-parallel"
-  [ -d "$d" ] && continue
-  mkdir -p "$d"
-  for f in "$M/$k"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$f" "$d/"; done
-  $PY - "$M/$k/config.json" "$d/config.json" <<'PYEOF'
-import json, sys
-c = json.load(open(sys.argv[1])); c["vla_action_decoding"] = "parallel"; json.dump(c, open(sys.argv[2], "w"))
-PYEOF
-done
+make_models
 say "3. 1.5B tests"
 VLA_EDGE_15B_DIR_BF16=$M/bf16 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_BF16_PARALLEL=$M/bf16-parallel \
 VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py -m slow \

@@ -4,22 +4,12 @@
 # bench on the GPU (issue 13.3: no deadline miss in the first cycles of a process), bf16 and 4-bit parallel side
 # by side.
 set -o pipefail
-OUT=${OUT:-/tmp/vla_out}; PY=python3; M=/tmp/vla_models; export PYTHONUNBUFFERED=1
-say() { echo "=== $(date +%T) $*"; }
+. "$(dirname "$0")/lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 say tests
-$PY -m pytest -q -p no:cacheprovider test/test_cuda_kernels.py test/test_cuda_engine.py -m "not slow" \
-  --junitxml="$OUT/tests_tiny.xml" 2>&1 | tail -n 4
+gpu_tests 4
 say models
-mkdir -p $M
-$PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --out "$M/bf16" --force | tail -n 1
-$PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --quant awq --out "$M/awq" --force | tail -n 1
-for k in bf16 awq; do
-  d="$M/$k-parallel"; mkdir -p "$d"
-  for f in "$M/$k"/*; do [ "$(basename "$f")" = config.json ] || ln -sf "$f" "$d/"; done
-  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c['vla_action_decoding']='parallel'; json.dump(c, open(sys.argv[2],'w'))" \
-    "$M/$k/config.json" "$d/config.json"
-done
+make_models
 say "1.5B 4-bit tests"
 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider \
   test/test_cuda_engine.py -m slow -k "awq" 2>&1 | grep -E "1.5B|passed|failed|Error" | tail -n 6

@@ -8,12 +8,6 @@
 // of a W row (the dot product does not depend on the order of k). Twin: ops.linear.
 #include "common.cuh"
 
-__device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int i) {
-    const uint4& v = i < 4 ? a : b;
-    const int j = i & 3;
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
 template <int MT>
 struct Chunk {
     uint4 b[2][2];      // [n-tile][half]
@@ -30,14 +24,7 @@ __device__ __forceinline__ void load_chunk(Chunk<MT>& c, const bf16_t* __restric
         c.b[j][0] = ldg_stream(p);
         c.b[j][1] = ldg_stream(p + 1);
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint4* p = (const uint4*)(X + (size_t)(mt * 16 + r + h * 8) * K + k0 + q * 16);
-            c.a[mt][h][0] = p[0];
-            c.a[mt][h][1] = p[1];
-        }
+    load_a_chunk<MT>(c.a, X, K, k0, lane);
 }
 
 template <int MT>
@@ -97,19 +84,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
         mma_chunk(ch, acc);
     }
     if (c0 >= c1) return;
-    const int r = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = mt * 16 + r + (e >> 1) * 8;
-                const int n = n0 + j * 8 + q * 2 + (e & 1);
-                float* dst = Y + (size_t)t * N + n;
-                if (mode == 0) *dst = acc[mt][j][e];
-                else atomicAdd(dst, acc[mt][j][e]);
-            }
+    store_acc<MT, 2>(acc, Y, N, n0, lane, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)

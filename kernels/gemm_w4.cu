@@ -20,17 +20,6 @@ __device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, unsigned zz) {
     return *(const unsigned*)&d;
 }
 
-__device__ __forceinline__ float w4g_scale(unsigned sz, int sbf) {
-    const unsigned b = sz & 0xffffu;
-    return sbf ? __uint_as_float(b << 16) : __half2float(__ushort_as_half((unsigned short)b));
-}
-
-__device__ __forceinline__ unsigned wsel(const uint4& a, const uint4& b, int i) {
-    const uint4& v = i < 4 ? a : b;
-    const int j = i & 3;
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
 #define W4_NT 4  // n-tiles of 8 rows per warp
 
 template <int MT>
@@ -53,14 +42,7 @@ __device__ __forceinline__ void w4_load_chunk(W4Chunk<MT>& c, const bf16_t* __re
         const unsigned z128 = 0x4300u | ((__ldg(SZ + row * (K >> 7) + (k0 >> 7)) >> 16) & 15u);  // bf16(128 + z)
         c.zz[j] = z128 | (z128 << 16);
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint4* p = (const uint4*)(X + (size_t)(mt * 16 + r + h * 8) * K + k0 + q * 16);
-            c.a[mt][h][0] = p[0];
-            c.a[mt][h][1] = p[1];
-        }
+    load_a_chunk<MT>(c.a, X, K, k0, lane);
 }
 
 // t = X . (q - z) over the chunk (same k permutation for A and B as gemm.cu: word i of a lane = elements 2i, 2i+1)
@@ -78,10 +60,10 @@ __device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[W4
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const unsigned a0 = wsel(c.a[mt][0][0], c.a[mt][0][1], 2 * s);
-            const unsigned a1 = wsel(c.a[mt][1][0], c.a[mt][1][1], 2 * s);
-            const unsigned a2 = wsel(c.a[mt][0][0], c.a[mt][0][1], 2 * s + 1);
-            const unsigned a3 = wsel(c.a[mt][1][0], c.a[mt][1][1], 2 * s + 1);
+            const unsigned a0 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s);
+            const unsigned a1 = word_of(c.a[mt][1][0], c.a[mt][1][1], 2 * s);
+            const unsigned a2 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s + 1);
+            const unsigned a3 = word_of(c.a[mt][1][0], c.a[mt][1][1], 2 * s + 1);
 #pragma unroll
             for (int j = 0; j < W4_NT; ++j) mma_bf16_16816(t[mt][j], a0, a1, a2, a3, b0[j], b1[j]);
         }
@@ -104,7 +86,7 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
         asm volatile("prefetch.global.L2 [%0];" ::"l"(Q + (size_t)(n0 + rr) * (K >> 3) + cc * 8));
     }
     PDL_ENTRY();
-    const int r = lane >> 2, q = lane & 3;
+    const int q = lane & 3;
     float acc[MT][W4_NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -134,7 +116,7 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
             for (int j = 0; j < W4_NT; ++j)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
-                    s[j][h] = w4g_scale(__ldg(SZ + (size_t)(n0 + j * 8 + q * 2 + h) * (K >> 7) + g), sbf);
+                    s[j][h] = w4_scale(__ldg(SZ + (size_t)(n0 + j * 8 + q * 2 + h) * (K >> 7) + g), sbf);
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -144,18 +126,7 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
         }
     }
     if (c0 >= c1) return;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < W4_NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = mt * 16 + r + (e >> 1) * 8;
-                const int n = n0 + j * 8 + q * 2 + (e & 1);
-                float* dst = Y + (size_t)t * N + n;
-                if (mode == 0) *dst = acc[mt][j][e];
-                else atomicAdd(dst, acc[mt][j][e]);
-            }
+    store_acc<MT, W4_NT>(acc, Y, N, n0, lane, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)

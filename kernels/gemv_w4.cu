@@ -20,11 +20,6 @@ __device__ __forceinline__ unsigned ldg_stream32(const unsigned* p) {
     return r;
 }
 
-__device__ __forceinline__ float w4_scale(unsigned sz, int sbf) {
-    const unsigned b = sz & 0xffffu;
-    return sbf ? __uint_as_float(b << 16) : __half2float(__ushort_as_half((unsigned short)b));
-}
-
 // 16 + nibble k of w, as a float, in two integer ops: the nibble placed at bits 19..22 is the mantissa of a float
 // in [16, 32) (ulp 2^-19), so 0x41800000 | (n << 19) = 16 + n exactly.
 __device__ __forceinline__ float w4_nib16(unsigned w, int k) {
