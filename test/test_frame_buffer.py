@@ -1,5 +1,8 @@
 """FrameBuffer: no torn frames, freshest frame, producer never waits (DESIGN.md §3)."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -294,3 +297,115 @@ def test_stress_no_torn_frames_producer_never_waits():
     assert final.seq == published - 1 and final.stamp_ns == published - 1
     assert np.all(final.image == (published - 1) % 256)
     assert buf.delivered + buf.dropped == published
+
+
+# --------------------------------------------------------------------------------------------
+# the shared backing: the producer in another process (the vla_edge camera process)
+# --------------------------------------------------------------------------------------------
+
+def _produce(handle, count: int) -> None:
+    """Child process: attach and publish frames of value (i + 10) % 256, stamp i + 10, about 1 kHz."""
+    buf = FrameBuffer.attach(handle)
+    for i in range(count):
+        buf.publish(uniform_frame(i + 10), stamp_ns=i + 10)
+        time.sleep(0.001)
+
+
+def _hold_lock(handle, ready) -> None:
+    """Child process: take the swap lock and never give it back (a producer killed inside its swap)."""
+    handle.lock.acquire()
+    ready.set()
+    time.sleep(60)
+
+
+def _spawn():
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn")
+
+
+def test_shared_buffer_hands_whole_frames_across_processes():
+    buf = FrameBuffer(shared=True)
+    assert buf.shared and not buf.pinned and os.path.exists(buf.handle().path)
+    count = 400
+    proc = _spawn().Process(target=_produce, args=(buf.handle(), count))
+    proc.start()
+    seen, problems = [], []
+    t_end = time.monotonic() + 60
+    while time.monotonic() < t_end and (proc.is_alive() or not seen or seen[-1] < count - 1):
+        frame = buf.latest()
+        if frame is not None:
+            if not np.all(frame.image == (frame.seq + 10) % 256) or frame.stamp_ns != frame.seq + 10:
+                problems.append(f"torn frame seq {frame.seq}: {np.unique(frame.image)[:4]}, stamp {frame.stamp_ns}")
+            if seen and frame.seq < seen[-1]:
+                problems.append(f"went back from {seen[-1]} to {frame.seq}")
+            seen.append(frame.seq)
+        time.sleep(0.0003)
+    proc.join(10)
+    assert proc.exitcode == 0 and not problems, problems[:3]
+    assert seen[-1] == count - 1 and len(set(seen)) > 20
+    assert buf.published == count and buf.delivered + buf.dropped == count and buf.lock_timeouts == 0
+    path = buf.handle().path
+    buf.close()
+    assert not os.path.exists(path)
+
+
+def test_a_producer_dead_inside_its_swap_costs_the_consumer_milliseconds():
+    """A producer process that holds the swap lock forever (killed inside the swap): latest() keeps the frame it
+    has and returns within a few ms, counting the timeout; renew_lock() (what the bringup does before starting a
+    new camera process) gives the next producer a working buffer."""
+    buf = FrameBuffer(shared=True)
+    buf.publish(uniform_frame(1), stamp_ns=1)
+    assert buf.latest().seq == 0
+    buf.publish(uniform_frame(2), stamp_ns=2)  # pending: the consumer has not taken it yet
+    ready = _spawn().Event()
+    holder = _spawn().Process(target=_hold_lock, args=(buf.handle(), ready))
+    holder.start()
+    assert ready.wait(30)
+    holder.kill()
+    holder.join(5)
+    t = time.perf_counter()
+    frame = buf.latest()
+    took = time.perf_counter() - t
+    assert frame.seq == 0 and np.all(frame.image == 1)  # the frame it had, whole
+    assert took < 0.05 and buf.lock_timeouts == 1
+    buf.renew_lock()
+    proc = _spawn().Process(target=_produce, args=(buf.handle(), 5))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0
+    frame = buf.latest()
+    assert frame.seq == 6 and np.all(frame.image == 14)  # seq continues after the two published here
+    buf.close()
+
+
+def test_the_slot_indices_swap_in_one_store():
+    """The three indices and the 'new' flag are one word: a process killed between two stores cannot leave
+    two roles on one slot."""
+    from vla_edge_ros.frame_buffer import _pack, _unpack
+
+    for back, middle, front in ((0, 1, 2), (2, 0, 1), (1, 2, 0)):
+        for new in (False, True):
+            assert _unpack(_pack(back, middle, front, new)) == (back, middle, front, new)
+    buf = FrameBuffer(shared=True)
+    ctl = buf._ctl
+    buf.publish(uniform_frame(3), stamp_ns=3)
+    state = int(ctl[0])
+    assert _unpack(state)[3] and len(set(_unpack(state)[:3])) == 3
+    buf.latest()
+    state = int(ctl[0])
+    assert not _unpack(state)[3] and len(set(_unpack(state)[:3])) == 3
+    buf.close()
+
+
+def test_blocks_left_by_dead_processes_are_removed():
+    from vla_edge_ros.shared_block import create_block, remove_block, shm_dir
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = os.path.join(shm_dir(), f"vla_edge_test_{dead}_0")
+    open(stale, "wb").close()
+    path, _ = create_block("vla_edge_test_", 64)
+    assert not os.path.exists(stale) and os.path.exists(path)
+    remove_block(path)
+    assert not os.path.exists(path)
