@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -454,6 +455,7 @@ m.data = bytes(w * h * 3)
 t_end = time.monotonic() + 20
 while pub.get_subscription_count() == 0 and time.monotonic() < t_end:
     time.sleep(0.05)
+print(f"matched at {time.monotonic():.3f}", flush=True)
 for i in range(n):
     m.header.stamp.sec = 100 + i
     pub.publish(m)
@@ -465,19 +467,37 @@ rclpy.shutdown()
 """
 
 
+def _publish_times(cycles, t0, t1):
+    """(publish time, late, missed ticks before it) of each cycle published in [t0, t1), from ~/cycle: the node's
+    own clock (CLOCK_MONOTONIC, shared by the processes), not this listener's receive times."""
+    out = []
+    for _, v, _ in cycles:
+        t = float(v["tick_monotonic"]) + float(v["cycle_ms"]) / 1000.0
+        if t0 <= t < t1:
+            out.append((t, v["late"] == "True", int(v["missed_before"]), v["source"]))
+    return sorted(out)
+
+
 @pytest.mark.parametrize("caps", ["default", "raised"])
-def test_8k_frames_over_the_cap_are_dropped_before_conversion(domain, tmp_path, procs, tiny_model, caps):  # noqa: F811
-    """8K rgb8 (99.5 MB) at 1 Hz over reliable QoS. With the default caps every frame is dropped as too_large
-    before conversion and /diagnostics says so (camera WARN); with the caps raised they are converted. Either
-    way the gap between actions is printed: rclpy deserialises each message before the callback sees it, and
-    no cap can bound that part."""
-    params = {"qos_reliability": "reliable"}
+def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, tiny_model, caps):  # noqa: F811
+    """8K rgb8 (99.5 MB a message) at 1 Hz over reliable QoS (issue 13.4). The camera runs in its own process,
+    so receiving and converting such frames never touches the control loop: from the moment the 8K publisher is
+    matched, every cycle publishes by its deadline, no tick is missed, and the longest gap between actions is
+    at most two periods (a cycle published at its deadline after one published at its tick); the reasoning
+    process's memory stays flat. With the default caps every frame is dropped as too_large (camera WARN); with
+    the caps raised they are converted and reach the model. Before the camera had its own process: 270-490 ms
+    gaps and 400-700 MB.
+
+    The seconds before the match (a new DDS participant being discovered) are measured and printed but not
+    asserted: a publish in the reasoning process has been seen to stall ~300 ms there (README, "Known limits")."""
+    params = {"qos_reliability": "reliable", "realtime_priority": 10}
     if caps == "raised":
         params.update(max_image_bytes=128 * 1024 * 1024, max_image_pixels=64 * 1024 * 1024)
     node = start_vla_edge(procs, domain, tmp_path, tiny_model, params)
     lst = Listener(domain)
     try:
-        lst.wait_for(lambda: len(lst.actions) > 10, 60, "the first actions of vla_edge")
+        lst.wait_for(lambda: len(lst.actions) > 10 and lst.diags and "missed_ticks" in lst.diags[-1][1], 60,
+                     "the first actions and /diagnostics of the active vla_edge")
         frames = 4
         cam = Proc(["-c", BIG, "7680", "4320", str(frames), "1.0"], ros_env(domain), tmp_path / "big.log")
         procs.append(cam)
@@ -486,24 +506,101 @@ def test_8k_frames_over_the_cap_are_dropped_before_conversion(domain, tmp_path, 
         time.sleep(1.5)
         t1 = time.monotonic()
         assert cam.p.returncode == 0, cam.output()[-2000:]
+        t_match = float(cam.output().split("matched at ")[1].split()[0])
+        time.sleep(0.5)  # the last cycles' ~/cycle messages arrive
         d = lst.last_diag()
         with lst.lock:
-            times = [t for t, _, _ in lst.actions if t0 <= t < t1]
+            cycles = list(lst.cycles)
+            rx = [t for t, _, _ in lst.actions if t_match <= t < t1]
+        during = _publish_times(cycles, t_match, t1)
+        before = _publish_times(cycles, t0, t_match)
+        times = [t for t, _, _, _ in during]
         gap_ms = max(b - a for a, b in zip(times, times[1:])) * 1000.0
-        rss = [ln for ln in open(f"/proc/{node.p.pid}/status") if ln.startswith(("VmRSS", "VmHWM"))]
+        late = sum(1 for _, lt, _, _ in during if lt)
+        missed = sum(m for _, _, m, _ in during[1:])
+        before_gap_ms = max((b[0] - a[0] for a, b in zip(before, before[1:])), default=0.0) * 1000.0
+        rx_gap_ms = max(b - a for a, b in zip(rx, rx[1:])) * 1000.0
+        hwm_kb = int(next(ln for ln in open(f"/proc/{node.p.pid}/status") if ln.startswith("VmHWM")).split()[1])
         print(f"8K rgb8, caps {caps}: {d['frames_received']} received, {d['invalid_too_large']} too_large, "
-              f"{d['frames_valid']} valid; longest gap between actions {gap_ms:.0f} ms "
-              f"(node: action_gap_ms_max {d['action_gap_ms_max']}); node {' '.join(' '.join(rss).split())}")
+              f"{d['frames_valid']} valid; after the match ({t1 - t_match:.1f} s, {len(during)} cycles, "
+              f"{sum(src == 'model' for *_, src in during)} model actions): longest gap between action publishes "
+              f"{gap_ms:.1f} ms, {late} late, {missed} missed ticks; during discovery ({t_match - t0:.1f} s): "
+              f"longest gap {before_gap_ms:.1f} ms; longest gap at this listener {rx_gap_ms:.0f} ms; reasoning "
+              f"process VmHWM {hwm_kb / 1024:.0f} MB")
         assert int(d["frames_received"]) >= frames - 1
         if caps == "default":
             assert int(d["invalid_too_large"]) == int(d["frames_received"]) and int(d["frames_valid"]) == 0
             assert "dropped a frame" in node.output() and "max_image_bytes" in node.output()
         else:
             assert int(d["invalid_too_large"]) == 0 and int(d["frames_valid"]) >= frames - 1
-        # actions kept flowing: with the default caps at (nearly) the full rate; with the caps raised each 8K frame
-        # is also converted, which costs this 2-core box a few hundred ms a frame (the case the cap exists for)
-        assert len(times) / (t1 - t0) > (0.8 if caps == "default" else 0.5) * RATE
+            assert any(src == "model" for *_, src in during)  # the converted 8K frames reached the model
+        assert len(during) / (t1 - t_match) > 0.9 * RATE
+        assert late == 0 and missed == 0 and gap_ms <= 2 * PERIOD_MS + 3.0
+        assert hwm_kb < 250 * 1024  # one 8K message in this process would be 100 MB more
+        assert d["camera_process_state"] == "running" and int(d["camera_process_restarts"]) == 0
         assert node.alive()
     finally:
         lst.close()
     assert node.stop() == 0, node.output()[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# the camera's own process dies (issue 13.4 design): watched, restarted, reported; never orphaned
+# --------------------------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, procs, tiny_model):  # noqa: F811
+    """SIGKILL the camera process while frames flow: the control loop keeps its rate and deadlines (stale-frame
+    fallbacks until frames return), /diagnostics reports the camera process killed (ERROR) and restarted, fresh
+    model actions come back. Then SIGKILL vla_edge itself: its camera process does not outlive it."""
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"realtime_priority": 10})
+    lst = Listener(domain)
+    try:
+        flood = Proc(["-c", FLOOD, "60", "25"], ros_env(domain), tmp_path / "camera.log")
+        procs.append(flood)
+        lst.wait_for(lambda: any(v["reason"] == "fresh" for _, v, _ in lst.cycles) and lst.diags
+                     and "camera_process_pid" in lst.diags[-1][1], 60, "model actions and /diagnostics")
+        cam_pid = int(lst.last_diag()["camera_process_pid"])
+        assert cam_pid in _children(node.p.pid)
+        t_kill = time.monotonic()
+        os.kill(cam_pid, signal.SIGKILL)
+        lst.wait_for(lambda: lst.diags and lst.diags[-1][1].get("camera_process_restarts") == "1"
+                     and lst.diags[-1][1].get("camera_process_state") == "running", 30, "the camera process restarted")
+        t_back = time.monotonic()
+        lst.wait_for(lambda: any(v["reason"] == "fresh" and float(v["tick_monotonic"]) > t_back
+                                 for _, v, _ in lst.cycles), 30, "model actions after the restart")
+        t_end = time.monotonic()
+        with lst.lock:
+            cycles = list(lst.cycles)
+            diags = list(lst.diags)
+        pubs = [(float(v["tick_monotonic"]) + float(v["cycle_ms"]) / 1000.0, v) for _, v, _ in cycles]
+        pubs = sorted((t, v) for t, v in pubs if t_kill - 0.5 <= t < t_end)
+        gap_ms = max(b[0] - a[0] for a, b in zip(pubs, pubs[1:])) * 1000.0
+        missed = sum(int(v["missed_before"]) for _, v in pubs[1:])
+        late = sum(v["late"] == "True" for _, v in pubs)
+        stale = sum(v["reason"] == "stale_frame" for _, v in pubs)
+        reported = [v.get("camera_process_last_exit", "") for t, v in diags if t >= t_kill]
+        received = [int(v["frames_received"]) for _, v in diags if "frames_received" in v]
+        new_pid = int(lst.last_diag()["camera_process_pid"])
+        print(f"camera process killed: restarted in {t_back - t_kill:.1f} s, {stale} stale_frame fallbacks, longest "
+              f"gap between actions {gap_ms:.1f} ms, {late} late, {missed} missed ticks; reported {set(reported)}")
+        assert late == 0 and missed == 0 and gap_ms <= 2 * PERIOD_MS + 3.0
+        assert stale > 0  # the frames stopped and the loop said so
+        assert any("killed by SIGKILL" in r for r in reported), reported
+        assert all(b >= a for a, b in zip(received, received[1:])), received  # counts survive the restart
+        assert new_pid != cam_pid and new_pid in _children(node.p.pid)
+        out = node.output()
+        assert "camera process killed by SIGKILL; starting it again (restart 1)" in out, out[-2000:]
+    finally:
+        lst.close()
+    node.p.kill()  # no clean-up of any kind in vla_edge
+    node.p.wait(5)
+    t_end = time.monotonic() + 5.0
+    while time.monotonic() < t_end and os.path.exists(f"/proc/{new_pid}"):
+        time.sleep(0.05)
+    stat = open(f"/proc/{new_pid}/stat").read().split() if os.path.exists(f"/proc/{new_pid}") else None
+    assert stat is None or stat[2] == "Z", f"the camera process {new_pid} outlived vla_edge by 5 s"

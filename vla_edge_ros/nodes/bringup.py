@@ -1,19 +1,23 @@
-"""vla_edge: CameraNode + ReasoningNode in one process, sharing one FrameBuffer (DESIGN.md §3).
+"""vla_edge: the ReasoningNode in this process, the CameraNode in a child process, one shared FrameBuffer
+(DESIGN.md §3).
 
-Each node spins on its own SingleThreadedExecutor in its own thread, so a slow reasoning step can
-never stall the camera callback.  The reasoning node is a lifecycle node: with ``autostart`` (default
-true) its executor thread configures (model, engine, warm-up) and activates it before spinning; with
-``autostart:=false`` it waits in 'unconfigured' for ``ros2 lifecycle set /vla_edge configure`` /
-``activate``.  The main thread only waits for a signal, so SIGINT / SIGTERM stop the process promptly
-in every state (a configure in progress gives up between warm-up chunks): timers cancelled, executors
-stopped, the shutdown transition (one zero action if active, engine released), nodes destroyed,
-context shut down, exit 0.  Impossible parameters print one message and exit with status 2; a model or
-engine that cannot start, one message and status 3.
+The camera lives in its own process (``camera_process.py``) so that nothing that arrives on the camera topic,
+however large, can hold this process's interpreter: DDS receiving, deserialising and converting happen
+there, and the frame crosses over through shared memory.  The reasoning node spins on its own executor
+thread and is a lifecycle node: with ``autostart`` (default true) that thread configures (model, engine,
+warm-up) and activates it before spinning; with ``autostart:=false`` it waits in 'unconfigured' for
+``ros2 lifecycle set /vla_edge configure`` / ``activate``.  The main thread waits for a signal and watches the
+camera process (started again if it dies or stops answering), so SIGINT / SIGTERM stop everything promptly
+in every state (a configure in progress gives up between warm-up chunks): timers cancelled, executor
+stopped, the shutdown transition (one zero action if active, engine released), camera process stopped,
+node destroyed, context shut down, exit 0.  Impossible parameters (of either node) print one message and
+exit with status 2; a model, engine or camera process that cannot start, one message and status 3.
 
     vla_edge --ros-args --params-file config/vla_edge.yaml -r image:=/camera/image_raw
     python -m vla_edge_ros.nodes.bringup --ros-args -p make_tiny_model:=true
 
-Launch files must not set a node ``name``: ``__node:=`` would rename both nodes of the process.
+Both processes get the same ROS arguments.  Launch files must not set a node ``name``: ``__node:=`` would
+rename both nodes.
 """
 
 from __future__ import annotations
@@ -38,9 +42,22 @@ def limit_blas_threads() -> None:
         os.environ.setdefault(var, "1")
 
 
+def asynchronous_publishing() -> None:
+    """Fast DDS sends each message on a background thread instead of inside ``publish()`` (unless the user chose).
+
+    rclpy's ``publish()`` holds the interpreter while rmw_fastrtps writes, and in the default synchronous mode the
+    write includes the network send.  When another participant joins the domain (a camera driver starting, a
+    ``ros2 topic echo``) that send was measured to stall for ~300 ms in 10 of 78 joins (a ~/cycle publish; every
+    thread of the process waited, so 8 control ticks were missed); with asynchronous publishing, 0 of 36.
+    Set RMW_FASTRTPS_PUBLICATION_MODE to override.  Other RMW implementations ignore the variable.
+    """
+    os.environ.setdefault("RMW_FASTRTPS_PUBLICATION_MODE", "ASYNCHRONOUS")
+
+
 def main(argv=None) -> int:
     if "numpy" not in sys.modules:
         limit_blas_threads()
+    asynchronous_publishing()
     # A thread waiting for the GIL gets it after at most this long: the reasoning timer must not
     # sit 5 ms (the default) behind the engine worker or the camera callback.
     sys.setswitchinterval(0.0005)
@@ -49,7 +66,7 @@ def main(argv=None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from ..frame_buffer import FrameBuffer
-    from .camera_node import CameraNode
+    from .camera_process import CameraProcess
     from .params import ParamError, undeclared_overrides, unknown_parameters_message
     from .reasoning_node import ReasoningNode
 
@@ -71,23 +88,33 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
 
-    fb = FrameBuffer()
-    camera = reasoning = None
+    fb = FrameBuffer(shared=True)
+    camera = CameraProcess(fb, args)
+    camera.launch()  # the child boots (imports rclpy, reads its parameters) while this process builds its node
+    reasoning = None
     try:
         try:
-            camera = CameraNode(fb)
-        except ParamError as cam_err:
-            # report the reasoning node's parameter problems in the same message
-            try:
-                ReasoningNode(fb, validate_only=True).destroy_node()
-            except ParamError as e:
-                raise ParamError(f"{cam_err}; {e}") from None
-            raise
-        reasoning = ReasoningNode(fb, camera=camera)
+            reasoning = ReasoningNode(fb, camera=camera)
+            reasoning_error = None
+        except ParamError as e:
+            reasoning_error = e
+        report = camera.wait_ready(abort=stop)
+        if "param_error" in report:  # every node's parameter problems in one message
+            raise ParamError(report["param_error"] + (f"; {reasoning_error}" if reasoning_error else ""))
+        if reasoning_error is not None:
+            raise reasoning_error
+        if not report["ok"]:
+            if stop.is_set():  # SIGINT/SIGTERM while the camera process was starting: a clean stop
+                _teardown(rclpy, reasoning, camera)
+                return 0
+            print(f"vla_edge: cannot start the camera process: {report['error']}", file=sys.stderr, flush=True)
+            _teardown(rclpy, reasoning, camera)
+            return EXIT_STARTUP
         nodes.append(reasoning)
+        camera.log = lambda level, msg: getattr(reasoning.get_logger(), level)(msg)
         # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
-        known = set(camera._parameters) | set(reasoning._parameters)
-        msg = unknown_parameters_message((undeclared_overrides(camera) | undeclared_overrides(reasoning)) - known,
+        known = set(report["declared"]) | set(reasoning._parameters)
+        msg = unknown_parameters_message((set(report["undeclared"]) | undeclared_overrides(reasoning)) - known,
                                          known)
         if msg:
             reasoning.get_logger().warn(msg)
@@ -95,51 +122,44 @@ def main(argv=None) -> int:
             reasoning.abort.set()
     except ParamError as e:
         print(f"vla_edge: invalid parameters: {e}", file=sys.stderr, flush=True)
-        _teardown(rclpy, [camera, reasoning])
+        _teardown(rclpy, reasoning, camera)
         return EXIT_BAD_PARAMS
     except KeyboardInterrupt:
-        _teardown(rclpy, [camera, reasoning])
+        _teardown(rclpy, reasoning, camera)
         return 130
 
-    # Both executors spin from the start, so the lifecycle services answer at once. With autostart the
+    # The executor spins from the start, so the lifecycle services answer at once. With autostart the
     # reasoning thread configures (model, engine, warm-up) and activates the node before it spins; the main
-    # thread only waits, so SIGINT/SIGTERM are handled within ~0.2 s in every state.
+    # thread only waits and watches the camera process, so SIGINT/SIGTERM are handled within ~0.2 s in every state.
     startup: dict = {}
-    executors = []
-    threads = []
-    for name, node in (("camera", camera), ("reasoning", reasoning)):
-        ex = SingleThreadedExecutor()
-        ex.add_node(node)
-        prio = int(reasoning.p.get("realtime_priority", 0)) if node is reasoning else 0
-        before = (lambda: _autostart(reasoning, stop, startup)) if node is reasoning else None
-        t = threading.Thread(target=_spin, args=(ex, stop, name, prio, before), name=f"exec-{name}", daemon=True)
-        executors.append(ex)
-        threads.append(t)
-    for t in threads:
-        t.start()
+    executor = SingleThreadedExecutor()
+    executor.add_node(reasoning)
+    thread = threading.Thread(target=_spin, args=(executor, stop, "reasoning", int(reasoning.p["realtime_priority"]),
+                                                  lambda: _autostart(reasoning, stop, startup)),
+                              name="exec-reasoning", daemon=True)
+    thread.start()
     try:
         while not stop.wait(0.2):
-            if not all(t.is_alive() for t in threads):
-                print("vla_edge: an executor thread stopped unexpectedly", file=sys.stderr, flush=True)
+            if not thread.is_alive():
+                print("vla_edge: the executor thread stopped unexpectedly", file=sys.stderr, flush=True)
                 break
+            camera.poll()
     except KeyboardInterrupt:
         pass
     stop.set()
     reasoning.abort.set()
-    # Timers first, then the executors (a tick in flight finishes), and only then the engine: closing the
+    # Timers first, then the executor (a tick in flight finishes), and only then the engine: closing the
     # engine under a running tick would turn a clean shutdown into an engine_error fallback.
     reasoning.stop_timers()
-    for ex in executors:
-        ex.shutdown(timeout_sec=2.0)
-    for t in threads:
-        t.join(timeout=2.0)
+    executor.shutdown(timeout_sec=2.0)
+    thread.join(timeout=2.0)
     code = 0
     err = startup.get("error")
     if err is not None:
         print(f"vla_edge: {'invalid parameters: ' if isinstance(err, ParamError) else ''}{err}", file=sys.stderr,
               flush=True)
         code = EXIT_BAD_PARAMS if isinstance(err, ParamError) else EXIT_STARTUP
-    _teardown(rclpy, [camera, reasoning])
+    _teardown(rclpy, reasoning, camera)
     return code
 
 
@@ -193,16 +213,17 @@ def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0
         stop.set()
 
 
-def _teardown(rclpy, nodes) -> None:
-    for n in nodes:
-        if n is None:
-            continue
+def _teardown(rclpy, reasoning, camera) -> None:
+    if reasoning is not None:
         try:
-            if hasattr(n, "stop"):
-                n.stop()  # the reasoning node: shutdown transition (one zero action if active, engine released)
-            n.destroy_node()
+            reasoning.stop()  # shutdown transition (one zero action if active, engine released)
+            reasoning.destroy_node()
         except Exception:  # noqa: BLE001
             pass
+    try:
+        camera.stop()
+    except Exception:  # noqa: BLE001
+        pass
     rclpy.try_shutdown()
 
 

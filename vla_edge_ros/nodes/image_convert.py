@@ -95,8 +95,12 @@ _TO_RGB = {
 }
 
 
+# Why a camera message was dropped: the ImageError kinds, plus "other" for anything unexpected.
+DROP_KINDS = ("encoding", "size", "step", "data", "decode", "too_large", "other")
+
+
 class ImageError(ValueError):
-    """A camera message that cannot become a frame.  ``kind`` names the cause for counting."""
+    """A camera message that cannot become a frame.  ``kind`` (one of DROP_KINDS) names the cause for counting."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)

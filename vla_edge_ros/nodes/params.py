@@ -106,6 +106,9 @@ CAMERA_SPECS: tuple[Spec, ...] = (
          1, 64 * 1024 * 1024),
     Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0,
          tunable=True),
+    Spec("process_nice", 10, "Niceness added to the camera's own process (vla_edge runs the camera in a child "
+         "process), so receiving and converting frames yields the CPU to the control loop; 0: same as vla_edge.",
+         0, 19),
 )
 
 

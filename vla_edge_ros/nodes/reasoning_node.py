@@ -66,7 +66,7 @@ from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, releas
                      warm_up)
 from ..frame_buffer import FrameBuffer
 from ..metrics import GcPauses, VramSampler
-from .image_convert import render_debug
+from .image_convert import DROP_KINDS, render_debug
 from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
                      validate_reasoning)
 
@@ -683,9 +683,12 @@ class ReasoningNode(LifecycleNode):
             cs = self.camera.stats()
             c.update(camera_rate_hz=cs["rate_hz"], frames_received=cs["received"], frames_valid=cs["valid"],
                      frames_invalid=cs["invalid"], transport=cs["transport"], topic=cs["topic"])
-            for kind in ("encoding", "size", "step", "data", "decode", "too_large", "other"):
+            for kind in DROP_KINDS:
                 c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
             c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
+            for key in ("process_pid", "process_state", "process_restarts", "process_last_exit"):
+                if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
+                    c[f"camera_{key}"] = cs[key]
         else:
             c.update(camera_rate_hz="n/a", frames_invalid="n/a")
         return c
@@ -734,6 +737,13 @@ class ReasoningNode(LifecycleNode):
         cam_rate = c.get("camera_rate_hz")
         clvl = OK if isinstance(cam_rate, float) and cam_rate > 0 else WARN
         cmsg = f"{cam_rate:.1f} Hz" if isinstance(cam_rate, float) else "no camera stats"
+        state = c.get("camera_process_state", "running")
+        if state != "running":
+            clvl = ERROR if state != "starting" else WARN
+            last_exit = c.get("camera_process_last_exit")
+            cmsg = f"camera process {state}" + (f" ({last_exit})" if last_exit else "")
+            if c.get("camera_process_restarts"):
+                cmsg += f", {c['camera_process_restarts']} restarts"
         too_large = c.get("invalid_too_large", 0)
         new_too_large = too_large - self._prev_too_large if isinstance(too_large, int) else 0
         self._prev_too_large = too_large if isinstance(too_large, int) else 0

@@ -1,0 +1,285 @@
+"""The camera node in its own process, handing frames to the control loop through shared memory (DESIGN.md §3).
+
+Everything an image costs before it is a 64x128 frame happens in the camera process: DDS receiving and
+reassembling the message (an 8K rgb8 frame is ~100 MB), copying it into Python, deserialising, decoding and
+resizing.  In one process those held the interpreter (and the reasoning timer behind it) for hundreds of
+milliseconds a frame; now the reasoning process only ever takes a frame out of the shared ``FrameBuffer``
+(microseconds), whatever arrives on the camera topic.
+
+``CameraProcess`` is the reasoning process's side:
+
+* ``launch()`` starts the child (``multiprocessing`` spawn: a fresh interpreter, no state copied from a process
+  that already runs DDS threads) with the same ROS arguments, so ``vla_camera`` gets the same parameters
+  file, ``-p`` rules, remaps and namespace it had in one process; ``wait_ready()`` returns the child's report:
+  its parameter problems (one line, merged with the reasoning node's by the bringup) or its declared
+  parameters (for the unknown-parameter warning) and topic.
+* ``start()`` asks the child to subscribe (the reasoning node calls it when it activates, as before).
+* ``stats()`` reads the counters the child keeps in a small shared block (same keys as ``CameraNode.stats``,
+  plus the process's pid, state and restarts).
+* ``poll()`` (the bringup's main thread, every 0.2 s) is the watchdog: a child that exited or stopped
+  answering for ``HANG_S`` is killed and started again (at most every ``RESTART_INTERVAL_S``) with a fresh
+  swap lock; the reasoning side meanwhile publishes ``stale_frame`` fallbacks and /diagnostics says why.
+* ``stop()`` asks the child to exit, then terminates / kills it, and removes the shared blocks.
+
+The child never outlives the reasoning process (``PR_SET_PDEATHSIG`` plus a parent-pid check), ignores
+SIGINT (a Ctrl-C in the terminal reaches the whole process group; the parent decides when the camera stops)
+and exits on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from ..frame_buffer import FrameBuffer
+from ..shared_block import create_block, open_block, remove_block
+from .image_convert import DROP_KINDS
+
+STATS_PREFIX = "vla_edge_camera_"
+READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (seconds on a loaded 2-core box)
+HANG_S = 5.0  # no heartbeat for this long: the child is killed and started again
+RESTART_INTERVAL_S = 2.0  # at most one start this often
+NOT_ANSWERING_S = 2.0  # heartbeat older than this: /diagnostics says the camera process is not answering
+
+# float64 words of the stats block. Written by the parent: CMD_*; by the child: everything else.
+CMD_SUBSCRIBE, CMD_STOP, HEARTBEAT, SUBSCRIBED, RECEIVED, VALID, INVALID, RATE_HZ, CONVERT_MS = range(9)
+MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, PID = 9, 10, 11
+KIND0 = 16  # one word per DROP_KINDS entry
+STATS_WORDS = KIND0 + len(DROP_KINDS)
+COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
+STATS_BYTES = 8 * 32
+
+
+class CameraProcessError(RuntimeError):
+    """The camera process could not start (its one-line reason)."""
+
+
+class CameraProcess:
+    def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None):
+        if not frame_buffer.shared:
+            raise ValueError("CameraProcess needs FrameBuffer(shared=True)")
+        self.fb = frame_buffer
+        self.ros_args = list(ros_args)
+        self.log = log or (lambda level, msg: print(f"vla_edge: {msg}", file=sys.stderr, flush=True))
+        self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES)
+        self._stats = np.frombuffer(self._stats_map, np.float64, STATS_BYTES // 8)
+        self._ctx = multiprocessing.get_context("spawn")
+        self.proc = None
+        self._conn = None
+        self.report: dict = {}
+        self.restarts = 0
+        self.last_exit: str | None = None  # why the previous child ended, for /diagnostics
+        self._started_at = 0.0
+        self._stopping = False
+        # counts of the children before the current one (each child counts from 0): the reported counts add up
+        self._base = np.zeros(STATS_WORDS, np.float64)
+
+    # --- life cycle ----------------------------------------------------------------------------------
+
+    def launch(self) -> None:
+        """Start the child (does not wait: ``wait_ready`` does)."""
+        for i in COUNTS:  # what the previous child counted stays counted
+            self._base[i] += self._stats[i]
+        self._stats[HEARTBEAT:STATS_WORDS] = 0.0
+        self._stats[CMD_STOP] = 0.0
+        if self._conn is not None:
+            self._conn.close()
+        receiver, sender = self._ctx.Pipe(duplex=False)
+        self.proc = self._ctx.Process(
+            target=child_main, name="vla_camera",
+            args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid()), daemon=True)
+        self._started_at = time.monotonic()
+        self.proc.start()
+        sender.close()
+        self._conn = receiver
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S, abort=None) -> dict:
+        """The child's start-up report: ``{"ok": True, "declared": [...], "undeclared": [...], "topic": ...}`` or
+        ``{"ok": False, "param_error": "..."}`` / ``{"ok": False, "error": "..."}``. Gives up when ``abort``
+        (an Event) is set, the child dies, or after ``timeout``."""
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            if abort is not None and abort.is_set():
+                return {"ok": False, "error": "interrupted"}
+            if self._conn.poll(0.05):
+                try:
+                    self.report = self._conn.recv()
+                except EOFError:
+                    break
+                return self.report
+            if not self.proc.is_alive():
+                break
+        if self.proc.is_alive():
+            return {"ok": False, "error": f"the camera process did not report ready within {timeout:.0f} s"}
+        return {"ok": False, "error": f"the camera process exited during start-up ({describe_exit(self.proc)})"}
+
+    def start(self) -> None:
+        """Subscribe to the camera (the reasoning node calls this when it activates)."""
+        self._stats[CMD_SUBSCRIBE] = 1.0
+
+    def poll(self) -> None:
+        """Watchdog (call periodically): start the child again if it exited or stopped answering."""
+        if self._stopping or self.proc is None:
+            return
+        now = time.monotonic()
+        beat = self._stats[HEARTBEAT]
+        alive = self.proc.is_alive()
+        hung = alive and now - (beat if beat > 0 else self._started_at) > HANG_S
+        if alive and not hung:
+            return
+        if now - self._started_at < RESTART_INTERVAL_S:
+            return
+        if hung:
+            self.last_exit = f"no heartbeat for {now - (beat or self._started_at):.1f} s: killed"
+            self._kill()
+        else:
+            self.last_exit = describe_exit(self.proc)
+        self.restarts += 1
+        self.log("error", f"camera process {self.last_exit}; starting it again (restart {self.restarts})")
+        self.fb.renew_lock()  # a child killed inside its index swap may have left the old lock held
+        self.launch()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask the child to exit (then SIGTERM, then SIGKILL) and remove the shared blocks."""
+        self._stopping = True
+        if self.proc is not None:
+            self._stats[CMD_STOP] = 1.0
+            self.proc.join(timeout)
+            if self.proc.is_alive():
+                self.proc.terminate()
+                self.proc.join(1.0)
+            if self.proc.is_alive():
+                self._kill()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        remove_block(self._stats_path)
+        self.fb.close()
+
+    def _kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(2.0)
+
+    # --- statistics (read from the diagnostics thread) ------------------------------------------------
+
+    def stats(self) -> dict:
+        s = self._stats.copy()
+        for i in COUNTS:
+            s[i] += self._base[i]
+        now = time.monotonic()
+        beat = float(s[HEARTBEAT])
+        alive = self.proc is not None and self.proc.is_alive()
+        answering = alive and beat > 0 and now - beat <= NOT_ANSWERING_S
+        state = "running" if answering else ("starting" if alive and beat == 0 else
+                                             ("not answering" if alive else "exited"))
+        return {
+            "transport": self.report.get("transport", ""),
+            "topic": self.report.get("topic", "") if s[SUBSCRIBED] else "",
+            "received": int(s[RECEIVED]),
+            "valid": int(s[VALID]),
+            "invalid": int(s[INVALID]),
+            "invalid_by_kind": {k: int(s[KIND0 + i]) for i, k in enumerate(DROP_KINDS) if s[KIND0 + i]},
+            "rate_hz": float(s[RATE_HZ]) if answering else 0.0,
+            "convert_ms_last": float(s[CONVERT_MS]),
+            "max_image_bytes": int(s[MAX_IMAGE_BYTES]),
+            "max_image_pixels": int(s[MAX_IMAGE_PIXELS]),
+            "process_pid": self.proc.pid if self.proc is not None else 0,
+            "process_state": state,
+            "process_restarts": self.restarts,
+            "process_last_exit": self.last_exit or "",
+            "heartbeat_age_s": (now - beat) if beat > 0 else float("nan"),
+        }
+
+
+def describe_exit(proc) -> str:
+    code = proc.exitcode
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+# --- the child ----------------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """SIGTERM this process when the process that started it dies (Linux), even by SIGKILL."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the parent-pid check in the loop still ends the child
+        pass
+
+
+def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid: int) -> None:
+    """The camera process: a CameraNode publishing into the shared FrameBuffer until told to stop."""
+    _die_with_parent()
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    if os.getppid() != parent_pid:
+        return
+    sys.setswitchinterval(0.0005)
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from .camera_node import CameraNode
+    from .params import ParamError, undeclared_overrides
+
+    stats_map = open_block(stats_path, STATS_BYTES)
+    s = np.frombuffer(stats_map, np.float64, STATS_BYTES // 8)
+    fb = FrameBuffer.attach(fb_handle)
+    try:
+        rclpy.init(args=ros_args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as e:  # noqa: BLE001 - the parent has already accepted these arguments
+        conn.send({"ok": False, "error": f"camera process: rclpy.init failed: {e}"})
+        return
+    node = None
+    try:
+        try:
+            node = CameraNode(fb)
+        except ParamError as e:
+            conn.send({"ok": False, "param_error": str(e)})
+            return
+        if node.p["process_nice"] > 0:
+            os.nice(int(node.p["process_nice"]))
+        s[MAX_IMAGE_BYTES], s[MAX_IMAGE_PIXELS] = node.p["max_image_bytes"], node.p["max_image_pixels"]
+        s[PID] = os.getpid()
+        topic = "image/compressed" if node.p["transport"] == "compressed" else "image"
+        conn.send({"ok": True, "declared": sorted(node._parameters), "undeclared": sorted(undeclared_overrides(node)),
+                   "transport": node.p["transport"], "topic": node.resolve_topic_name(topic)})
+        conn.close()
+        ex = SingleThreadedExecutor()
+        ex.add_node(node)
+        while not stop["now"] and not s[CMD_STOP] and os.getppid() == parent_pid:
+            if s[CMD_SUBSCRIBE] and node.sub is None:
+                node.start()
+                s[SUBSCRIBED] = 1.0
+            ex.spin_once(timeout_sec=0.05)
+            _write_stats(s, node)
+        ex.shutdown(timeout_sec=1.0)
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def _write_stats(s: np.ndarray, node) -> None:
+    st = node.stats()
+    s[RECEIVED], s[VALID], s[INVALID] = st["received"], st["valid"], st["invalid"]
+    s[RATE_HZ], s[CONVERT_MS] = st["rate_hz"], st["convert_ms_last"]
+    for i, kind in enumerate(DROP_KINDS):
+        s[KIND0 + i] = st["invalid_by_kind"].get(kind, 0)
+    s[HEARTBEAT] = time.monotonic()
