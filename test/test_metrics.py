@@ -187,12 +187,29 @@ def test_settle_after_warmup_takes_what_exists_out_of_later_collections():
     import weakref
 
     ref = weakref.ref(e)
+    gc.collect()
+    # CPython 3.12 keeps some immortal objects in the permanent generation after any full collection (375 with
+    # 3.12.1, without any freeze): the baseline, not 0
+    baseline = gc.get_freeze_count()
     try:
         settle_after_warmup()
-        assert gc.get_freeze_count() > 1000
+        assert gc.get_freeze_count() > baseline + 1000
         del e
         gc.collect()
         assert ref() is not None  # frozen: the full collection did not even look at it
     finally:
         release_after_run()
-    assert gc.get_freeze_count() == 0 and ref() is None
+    assert gc.get_freeze_count() == baseline and ref() is None
+
+
+def test_vram_sampler_keeps_first_last_and_a_once_a_second_timeline(monkeypatch):
+    import vla_edge_ros.metrics as metrics
+
+    values = iter([100, 300, 200, 250, 260])
+    clock = iter([10.0, 10.4, 11.1, 11.5, 12.2])
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: next(clock))
+    s = metrics.VramSampler(process_bytes_fn=lambda: next(values))
+    for _ in range(5):
+        s.sample_once()
+    assert (s.first_bytes, s.last_bytes, s.peak_bytes) == (100, 260, 300)
+    assert [(round(t, 6), b) for t, b in s.timeline] == [(0.0, 100), (1.1, 200), (2.2, 260)]

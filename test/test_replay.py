@@ -337,9 +337,11 @@ def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypat
         # has matched the writer (volatile durability), so compare with the tail of the bag
         assert len(got) >= 40, (len(got), p.output())
         assert [s for _, s in got] == stamps[len(stamps) - len(got):]
-        t = [x for x, _ in got]
-        rate = (len(t) - 1) / (t[-1] - t[0])
-        assert 27.0 <= rate <= 33.0, rate
+        t = np.array([x for x, _ in got])
+        # the median interval: one delivery held up in this process (a DDS stall on 2 busy cores, then a burst)
+        # must not read as a replay that publishes too fast; a replay without pacing still gives ~0
+        rate = 1.0 / float(np.median(np.diff(t)))
+        assert 27.0 <= rate <= 33.0, (rate, (len(t) - 1) / (t[-1] - t[0]))
         assert "published 45 messages" in p.output()
     finally:
         p.stop()

@@ -237,6 +237,10 @@ class VramSampler:
         self._last: int | None = None
         self.total_bytes: int | None = None  # device capacity, when sampling the device
         self.error: BaseException | None = None  # why the thread stopped early, if it did
+        self.first_bytes: int | None = None  # the first sample: with last_bytes, whether memory stayed flat
+        # (seconds since the first sample, bytes) once a second at most, for a memory-over-time plot of a long run
+        self.timeline: list[tuple[float, int]] = []
+        self._t_first: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -270,10 +274,15 @@ class VramSampler:
             used = int(total - free)
         else:
             return None
+        now = time.monotonic()
         with self._lock:
             self._last = used
             if self._peak is None or used > self._peak:
                 self._peak = used
+            if self.first_bytes is None:
+                self.first_bytes, self._t_first = used, now
+            if not self.timeline or now - self._t_first - self.timeline[-1][0] >= 1.0:
+                self.timeline.append((now - self._t_first, used))
         return used
 
     def start(self) -> bool:

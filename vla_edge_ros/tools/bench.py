@@ -113,6 +113,19 @@ def _median(values) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
+def _mb(n) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.0f}"
+
+
+def _rss_mb() -> float | None:
+    """This process's resident memory now (Linux), MB."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024.0
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 def _quantiles(stats, keys=("p50", "p95", "p99", "max")) -> dict:
     p = stats.percentiles()
     return {k: p[k] for k in keys}
@@ -208,6 +221,11 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "timer_jitter_ms": _quantiles(stats.timer_jitter_ms, ("p50", "p99")),
             "frame_age_ms": _quantiles(stats.frame_age_ms, ("p50", "p99")),
             "peak_vram_bytes": max(peaks) if peaks else None,
+            # whole-device used memory at the first and last sample of the run, and once a second in between
+            "vram_first_bytes": vram.first_bytes,
+            "vram_last_bytes": vram.last_bytes,
+            "vram_timeline_mb": [[round(t, 1), round(b / 2**20, 1)] for t, b in vram.timeline],
+            "host_rss_mb": _rss_mb(),
             "frames_produced": camera.produced,
             "frames_seen": len(camera_index_of_frame_id),
             "frames_retained": len(retained_camera),
@@ -299,6 +317,11 @@ def write_markdown(report: dict, path: str) -> None:
                 f"{_fmt(m['frame_age_ms']['p50'])} | {m['frames_retained']}/{m['frame_capacity']} | {m['evictions']} | "
                 f"{_fmt(m['history_coverage'], 4)} |")
         lines.append("")
+        mem = [f"{policy}: device {_mb(m.get('vram_first_bytes'))} -> {_mb(m.get('vram_last_bytes'))} MB "
+               f"(peak {_mb(m.get('peak_vram_bytes'))}), host RSS {_fmt(m.get('host_rss_mb'))} MB at the end"
+               for policy, m in clip["policies"].items() if m.get("vram_first_bytes") is not None]
+        if mem:
+            lines += ["Memory over each run (first -> last sample): " + "; ".join(mem) + ".", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
