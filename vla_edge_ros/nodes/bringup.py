@@ -47,8 +47,8 @@ def asynchronous_publishing() -> None:
 
     rclpy's ``publish()`` holds the interpreter while rmw_fastrtps writes, and in the default synchronous mode the
     write includes the network send.  When another participant joins the domain (a camera driver starting, a
-    ``ros2 topic echo``) that send was measured to stall for ~300 ms in 10 of 78 joins (a ~/cycle publish; every
-    thread of the process waited, so 8 control ticks were missed); with asynchronous publishing, 0 of 36.
+    ``ros2 topic echo``) that send was measured to stall for 130-340 ms in 12 of 90 joins (a ~/cycle publish; every
+    thread of the process waited, so 2-8 control ticks were missed); with asynchronous publishing, 0 of 48.
     Set RMW_FASTRTPS_PUBLICATION_MODE to override.  Other RMW implementations ignore the variable.
     """
     os.environ.setdefault("RMW_FASTRTPS_PUBLICATION_MODE", "ASYNCHRONOUS")
