@@ -42,21 +42,17 @@ from .image_convert import DROP_KINDS
 
 STATS_PREFIX = "vla_edge_camera_"
 READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (seconds on a loaded 2-core box)
-HANG_S = 5.0  # no heartbeat for this long: the child is killed and started again
+HANG_S = 5.0  # no heartbeat for this long (after its first): the child is killed and started again
 RESTART_INTERVAL_S = 2.0  # at most one start this often
 NOT_ANSWERING_S = 2.0  # heartbeat older than this: /diagnostics says the camera process is not answering
 
 # float64 words of the stats block. Written by the parent: CMD_*; by the child: everything else.
 CMD_SUBSCRIBE, CMD_STOP, HEARTBEAT, SUBSCRIBED, RECEIVED, VALID, INVALID, RATE_HZ, CONVERT_MS = range(9)
-MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, PID = 9, 10, 11
+MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS = 9, 10
 KIND0 = 16  # one word per DROP_KINDS entry
 STATS_WORDS = KIND0 + len(DROP_KINDS)
 COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
 STATS_BYTES = 8 * 32
-
-
-class CameraProcessError(RuntimeError):
-    """The camera process could not start (its one-line reason)."""
 
 
 class CameraProcess:
@@ -129,7 +125,8 @@ class CameraProcess:
         now = time.monotonic()
         beat = self._stats[HEARTBEAT]
         alive = self.proc.is_alive()
-        hung = alive and now - (beat if beat > 0 else self._started_at) > HANG_S
+        # a child that has not reported yet is still booting (imports take seconds on a small board)
+        hung = alive and (now - beat > HANG_S if beat > 0 else now - self._started_at > READY_TIMEOUT_S)
         if alive and not hung:
             return
         if now - self._started_at < RESTART_INTERVAL_S:
@@ -256,7 +253,6 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
         if node.p["process_nice"] > 0:
             os.nice(int(node.p["process_nice"]))
         s[MAX_IMAGE_BYTES], s[MAX_IMAGE_PIXELS] = node.p["max_image_bytes"], node.p["max_image_pixels"]
-        s[PID] = os.getpid()
         topic = "image/compressed" if node.p["transport"] == "compressed" else "image"
         conn.send({"ok": True, "declared": sorted(node._parameters), "undeclared": sorted(undeclared_overrides(node)),
                    "transport": node.p["transport"], "topic": node.resolve_topic_name(topic)})

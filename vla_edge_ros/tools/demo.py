@@ -52,6 +52,14 @@ def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple
     return model, clip
 
 
+def _published_at(cycle: dict) -> float:
+    """When the node published this cycle's action: its tick plus its cycle time (``~/cycle`` keys)."""
+    try:
+        return float(cycle["tick_monotonic"]) + float(cycle["cycle_ms"]) / 1000.0
+    except (KeyError, ValueError):
+        return float("nan")
+
+
 def _pct(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else float("nan")
 
@@ -152,10 +160,15 @@ def main(argv=None) -> int:
                     r = collections.Counter(c["reason"] for c in cycles[n_before:])
                 print(f"[demo] {time.monotonic() - t0:4.0f} s: {dict(r)}", flush=True)
         t1 = time.monotonic()
+        t_collect = t1 + 0.5  # messages of cycles published before t1 that are still on their way here
+        while time.monotonic() < t_collect:
+            rclpy.spin_once(n, timeout_sec=0.05)
         with lock:
-            cyc = cycles[n_before:]
+            # the window's cycles by when the node published them (tick + cycle_ms, CLOCK_MONOTONIC like ours), so a
+            # delivery held up in this process does not move cycles out of the window
+            cyc = [c for c in cycles[n_before:] if t0 <= _published_at(c) < t1]
             d = dict(outputs.diag)
-        n_act = len([t for t in acts if t0 <= t < t1])
+        n_rx = len([t for t in acts if t0 <= t < t1])
         by_src = collections.Counter(c["source"] for c in cyc)
         fb = collections.Counter(c["reason"] for c in cyc if c["source"] == "fallback")
         models = collections.Counter(c["reason"] for c in cyc if c["source"] == "model")
@@ -166,7 +179,7 @@ def main(argv=None) -> int:
         print(f"cycles             {len(cyc)}")
         print(f"model actions      {by_src['model']} (fresh {models['fresh']}, repeat {models['repeat']})")
         print(f"fallbacks          {by_src['fallback']} {dict(fb) if fb else ''}")
-        print(f"action rate        {n_act / (t1 - t0):.1f} Hz")
+        print(f"action rate        {len(cyc) / (t1 - t0):.1f} Hz published ({n_rx / (t1 - t0):.1f} Hz received here)")
         print(f"cycle latency      p50 {_pct(cms, 50):.2f} ms, p99 {_pct(cms, 99):.2f} ms (tick -> publish)")
         print(f"chunk latency      p50 {_pct(chunk, 50):.2f} ms, p99 {_pct(chunk, 99):.2f} ms")
         print(f"deadline misses    {d.get('deadline_misses', '?')} (rate {d.get('deadline_miss_rate', '?')}), "
