@@ -111,12 +111,6 @@ class CameraNode(Node):
             return
         self._handle(msg, convert)
 
-    def _on_raw(self, msg: Image) -> None:
-        self._handle(msg, image_msg_to_rgb)
-
-    def _on_compressed(self, msg: CompressedImage) -> None:
-        self._handle(msg, compressed_msg_to_rgb)
-
     def _convert_caps(self) -> dict:
         return {"max_bytes": self.p["max_image_bytes"], "max_pixels": self.p["max_image_pixels"]}
 
