@@ -75,9 +75,12 @@ def test_quantizer_and_dequantize_are_exact(rng, symmetric, scale_dtype):
     np.testing.assert_array_equal(t.dequantize(), expect.astype(np.float32))  # float32 result is exact
     assert np.array_equal(t.dequantize()[3, 128:256], np.zeros(128))
     # round to nearest: every element within half a step of its weight, plus what rounding the scale to 16 bits
-    # (at most 2^-9 relative for bf16) moves the ends of the 15-step range; a wrong rounding is off by >= 1 step
+    # moves the ends of the 15-step range. Rounding to nearest changes a value by at most u = 2^-p relative (p the
+    # significand bits: 8 for bf16, 11 for fp16), i.e. 15 * u / (1 - u) steps of the rounded scale at the ends;
+    # a wrong rounding is off by >= 1 step
+    u = 2.0**-8 if scale_dtype == "bfloat16" else 2.0**-11
     step = np.repeat(t.scales, 128, axis=1)
-    assert (np.abs(t.dequantize() - w) <= step * (0.5 + 15 * 2.0**-9) + 1e-12).all()
+    assert (np.abs(t.dequantize() - w) <= step * (0.5 + 15 * u / (1 - u)) + 1e-12).all()
     if symmetric:
         assert (t.zeros == 8).all()
     assert t.nbytes == 16 * 48 * 4 + 16 * 3 * 2 + 24
