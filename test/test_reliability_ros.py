@@ -604,3 +604,40 @@ def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, pro
         time.sleep(0.05)
     stat = open(f"/proc/{new_pid}/stat").read().split() if os.path.exists(f"/proc/{new_pid}") else None
     assert stat is None or stat[2] == "Z", f"the camera process {new_pid} outlived vla_edge by 5 s"
+
+
+# --------------------------------------------------------------------------------------------
+# the discovery stall: no shared-memory transport in the control process (bringup.udp_only_transport)
+# --------------------------------------------------------------------------------------------
+
+def _thread_names(pid: int) -> list[str]:
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            names.append(open(f"/proc/{pid}/task/{tid}/comm").read().strip())
+        except OSError:  # the thread ended meanwhile
+            pass
+    return names
+
+
+def test_the_control_process_has_no_shared_memory_transport(domain, tmp_path, procs, tiny_model):  # noqa: F811
+    """Fast DDS's shared-memory transport makes a publish wait while another participant joins (its port is
+    opened under a lock every send needs; BENCHMARKS.md, the discovery stall). With the default discovery range
+    the reasoning process runs UDPv4 only (no `dds.shm.*` threads), its camera process keeps shared memory
+    (large frames from a local driver), and actions still reach a listener in another process."""
+    env = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1"}  # unicast: no multicast needed
+    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, extra_env=env)
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.cycles) >= 10 and lst.diags and "camera_process_pid" in lst.diags[-1][1], 60,
+                     "~/cycle and /diagnostics from a SUBNET node")
+        cam_pid = int(lst.last_diag()["camera_process_pid"])
+    finally:
+        lst.close()
+    control, camera = _thread_names(node.p.pid), _thread_names(cam_pid)
+    print(f"control process DDS threads {sorted(n for n in control if n.startswith('dds.'))}; camera process "
+          f"{sorted(n for n in camera if n.startswith('dds.'))}")
+    assert any(n.startswith("dds.udp") for n in control), control
+    assert not any(n.startswith("dds.shm") for n in control), control
+    assert any(n.startswith("dds.shm") for n in camera), camera
+    assert "DDS transports: UDPv4 in this process" in node.output()

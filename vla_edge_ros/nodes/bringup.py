@@ -54,10 +54,47 @@ def asynchronous_publishing() -> None:
     os.environ.setdefault("RMW_FASTRTPS_PUBLICATION_MODE", "ASYNCHRONOUS")
 
 
+TRANSPORTS_VAR = "FASTDDS_BUILTIN_TRANSPORTS"
+PROFILE_VARS = ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE")
+PROFILE_FILES = ("DEFAULT_FASTRTPS_PROFILES.xml", "DEFAULT_FASTDDS_PROFILES.xml")  # read from the working directory
+
+
+def udp_only_transport() -> tuple[dict, str]:
+    """Fast DDS without its shared-memory transport in this process, unless the user configured transports.
+
+    The discovery stall's cause (BENCHMARKS.md): when another participant joins the domain, this participant's
+    event thread opens the newcomer's shared-memory port while holding a lock every send of this participant
+    needs, and the open waits on the port's inter-process mutex for as long as the newcomer holds it (180-340 ms
+    measured); a ``publish()`` meanwhile blocks holding the interpreter, so every thread of the process waits.
+    Without shared memory the open never happens.  This process publishes only small messages (actions, cycle
+    reports, diagnostics, a small debug image), which UDP loopback carries at no measurable cost; the camera
+    process keeps the user's transports (shared memory carries a local driver's large frames).
+    Returns the environment the camera process must start with (the user's value, None = unset) and a line for
+    the log.  With ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps sets its own transports (shared memory
+    and UDP) and ignores the variable; other RMW implementations ignore it too.
+    """
+    child_env = {TRANSPORTS_VAR: os.environ.get(TRANSPORTS_VAR)}
+    fast_dds = os.environ.get("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp").startswith("rmw_fastrtps")
+    if not fast_dds:
+        return child_env, ""
+    user = [f"{v}={os.environ[v]}" for v in (TRANSPORTS_VAR, *PROFILE_VARS) if os.environ.get(v)]
+    user += [f"{f} in the working directory" for f in PROFILE_FILES if os.path.isfile(f)]
+    if user:
+        return child_env, f"DDS transports as configured ({', '.join(user)})"
+    if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").upper() == "LOCALHOST":
+        return child_env, ("DDS transports: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST makes rmw_fastrtps use shared "
+                           "memory in this process too; a participant joining the domain can then hold a publish "
+                           "for up to ~0.3 s (README, Known limits)")
+    os.environ[TRANSPORTS_VAR] = "UDPv4"
+    return child_env, "DDS transports: UDPv4 in this process (no shared memory: no discovery stall), defaults in " \
+                      "the camera process"
+
+
 def main(argv=None) -> int:
     if "numpy" not in sys.modules:
         limit_blas_threads()
     asynchronous_publishing()
+    camera_env, transport_note = udp_only_transport()
     # A thread waiting for the GIL gets it after at most this long: the reasoning timer must not
     # sit 5 ms (the default) behind the engine worker or the camera callback.
     sys.setswitchinterval(0.0005)
@@ -89,7 +126,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
 
     fb = FrameBuffer(shared=True)
-    camera = CameraProcess(fb, args)
+    camera = CameraProcess(fb, args, env=camera_env)
     camera.launch()  # the child boots (imports rclpy, reads its parameters) while this process builds its node
     reasoning = None
     try:
@@ -118,6 +155,8 @@ def main(argv=None) -> int:
                                          known)
         if msg:
             reasoning.get_logger().warn(msg)
+        if transport_note:
+            reasoning.get_logger().info(transport_note)
         if stop.is_set():
             reasoning.abort.set()
     except ParamError as e:

@@ -56,11 +56,12 @@ STATS_BYTES = 8 * 32
 
 
 class CameraProcess:
-    def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None):
+    def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None, env: dict | None = None):
         if not frame_buffer.shared:
             raise ValueError("CameraProcess needs FrameBuffer(shared=True)")
         self.fb = frame_buffer
         self.ros_args = list(ros_args)
+        self.env = dict(env or {})  # applied in the child before rclpy starts (None = unset)
         self.log = log or (lambda level, msg: print(f"vla_edge: {msg}", file=sys.stderr, flush=True))
         self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES)
         self._stats = np.frombuffer(self._stats_map, np.float64, STATS_BYTES // 8)
@@ -88,7 +89,7 @@ class CameraProcess:
         receiver, sender = self._ctx.Pipe(duplex=False)
         self.proc = self._ctx.Process(
             target=child_main, name="vla_camera",
-            args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid()), daemon=True)
+            args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid(), self.env), daemon=True)
         self._started_at = time.monotonic()
         self.proc.start()
         sender.close()
@@ -218,8 +219,16 @@ def _die_with_parent() -> None:
         pass
 
 
-def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid: int) -> None:
-    """The camera process: a CameraNode publishing into the shared FrameBuffer until told to stop."""
+def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid: int, env: dict) -> None:
+    """The camera process: a CameraNode publishing into the shared FrameBuffer until told to stop.
+
+    ``env`` (name -> value, None = unset) is applied before rclpy starts: the reasoning process may run DDS with
+    other transports than the user asked for (``bringup.udp_only_transport``); the camera gets the user's."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     _die_with_parent()
     stop = {"now": False}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
