@@ -330,7 +330,9 @@ def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypat
     try:
         p.p.wait(60)  # waits for the subscriber, one pass, then exits by itself
         assert p.p.returncode == 0, p.output()
-        time.sleep(0.5)
+        # the replay exits once every message is acknowledged, i.e. in this process's reader: the last one
+        # arrives (this process's executor may still be behind on a busy machine)
+        lst.wait_for(lambda: lst.images and lst.images[-1][1] == stamps[-1], 5, "the last frame")
         with lst.lock:
             got = list(lst.images)
         # reliable and in order, header stamps kept; the first one or two may go out before this reader
@@ -409,3 +411,62 @@ def test_soak_plot_shows_rss_vram_and_latency(tmp_path):
     soak.write_plot(rows, tmp_path / "samples.png", 5.0, 33.0, summary)
     png = (tmp_path / "samples.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+SLOW_READER = """
+import sys, rclpy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
+rclpy.init()
+n = rclpy.create_node("slow_reader")
+n.create_subscription(Image, "/camera/image_raw", lambda m: print(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec,
+                      flush=True), QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+rclpy.spin(n)
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_reliable_replay_waits_for_its_subscribers_before_exiting(tmp_path):
+    """Reliable means delivered: a subscriber stopped (SIGSTOP) through the end of the bag holds the replay's exit
+    until it runs again and acknowledges; then it has the last frame. Exiting at once could lose the last frames."""
+    pytest.importorskip("rclpy")
+    import os
+    import random
+    import signal
+
+    from test_ros_integration import Proc, ros_env
+
+    env = ros_env(random.randint(101, 200))
+    bag = R.make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=160, height=120)
+    last = 1_700_000_000_000_000_000 + int(round(29 * 1e9 / 30))
+    reader = Proc(["-c", SLOW_READER], env, tmp_path / "reader.log")
+    replay = None
+    try:
+        replay = Proc(["-m", "vla_edge_ros.tools.replay", str(bag), "--wait-subscriber", "30"], env,
+                      tmp_path / "replay.log")
+        t_end = time.monotonic() + 30
+        while time.monotonic() < t_end and len(reader.output().split()) < 3:
+            time.sleep(0.01)
+        assert len(reader.output().split()) >= 3, (reader.output(), replay.output())
+        os.kill(reader.p.pid, signal.SIGSTOP)
+        t_end = time.monotonic() + 10
+        while time.monotonic() < t_end and "published 30 messages" not in replay.output():
+            time.sleep(0.05)
+        assert "published 30 messages" in replay.output(), replay.output()
+        time.sleep(1.5)
+        waited = replay.p.poll() is None  # still waiting for the stopped reader's acknowledgements
+        os.kill(reader.p.pid, signal.SIGCONT)
+        rc = replay.p.wait(10)
+        assert waited, "the replay exited while its reliable subscriber had not acknowledged the last frames"
+        assert rc == 0, replay.output()
+        t_end = time.monotonic() + 5
+        while time.monotonic() < t_end and str(last) not in reader.output().split():
+            time.sleep(0.05)
+        assert str(last) in reader.output().split(), reader.output()[-500:]
+    finally:
+        if reader.alive():
+            os.kill(reader.p.pid, signal.SIGCONT)
+        reader.stop()
+        if replay is not None:
+            replay.stop()

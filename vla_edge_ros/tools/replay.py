@@ -39,6 +39,7 @@ from ..clips import COMPRESSED_T, IMAGE_T, BagClip, ClipError, Counters, Item, i
 from .cli import Parser, fail, finite_non_negative, finite_positive
 
 RESYNC_S = 0.5  # when the publisher falls this far behind (e.g. SIGSTOP), restart the schedule
+FLUSH_S = 5.0  # with reliable QoS, how long the end of a replay waits for subscribers to acknowledge
 DEFAULT_TOPIC = "/camera/image_raw"
 
 # Source errors are clip errors: one name for callers that handle either.
@@ -310,6 +311,7 @@ def main(argv=None) -> int:
 
 def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[str]) -> int:
     import rclpy
+    from rclpy.duration import Duration
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import CompressedImage, Image
@@ -318,8 +320,10 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
     from ..nodes.image_convert import ImageError
 
     stop = threading.Event()
+    signalled = threading.Event()
 
     def _on_signal(signum, frame):
+        signalled.set()
         stop.set()
 
     try:
@@ -417,6 +421,11 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
         log(f"published {counters.published} messages in {time.monotonic() - t_begin:.1f} s, "
             f"skipped {counters.skipped_corrupt} corrupt and {counters.skipped_other} of other topics/types, "
             f"loops {counters.loops}")
+        if reliable and counters.published and not signalled.is_set():
+            # reliable means delivered: a message not yet acknowledged when the node goes is lost (the last
+            # frames of a pass, on a busy machine); a signal still ends the replay at once
+            if not pub.wait_for_all_acked(Duration(seconds=FLUSH_S)):
+                log(f"not every subscriber acknowledged the last messages within {FLUSH_S:g} s")
         node.destroy_node()
         rclpy.try_shutdown()
     if rc == 0 and counters.published == 0:
