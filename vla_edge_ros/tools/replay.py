@@ -39,7 +39,6 @@ from ..clips import COMPRESSED_T, IMAGE_T, BagClip, ClipError, Counters, Item, i
 from .cli import Parser, fail, finite_non_negative, finite_positive
 
 RESYNC_S = 0.5  # when the publisher falls this far behind (e.g. SIGSTOP), restart the schedule
-FLUSH_S = 5.0  # with reliable QoS, how long the end of a replay waits for subscribers to acknowledge
 DEFAULT_TOPIC = "/camera/image_raw"
 
 # Source errors are clip errors: one name for callers that handle either.
@@ -241,6 +240,10 @@ def build_parser() -> Parser:
     p.add_argument("--bag-topic", help="which image topic of the bag to replay (default: the first by name)")
     p.add_argument("--wait-subscriber", type=finite_non_negative, default=0.0,
                    help="wait up to this many seconds for a subscriber before starting (default: 0)")
+    p.add_argument("--ack-timeout", type=finite_non_negative, default=10.0,
+                   help="with reliable QoS, wait up to this many seconds at the end for every subscriber to "
+                        "acknowledge the last frames; a lost message is repaired after the writer's next "
+                        "heartbeat (every 3 s by default in Fast DDS); 0: exit at once (default: 10)")
     p.add_argument("--jpeg-quality", type=_int_range(1, 100), default=90,
                    help="JPEG quality for --format compressed from raw frames (default: 90)")
     p.add_argument("--min-fraction", type=float, default=0.5,
@@ -421,11 +424,11 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
         log(f"published {counters.published} messages in {time.monotonic() - t_begin:.1f} s, "
             f"skipped {counters.skipped_corrupt} corrupt and {counters.skipped_other} of other topics/types, "
             f"loops {counters.loops}")
-        if reliable and counters.published and not signalled.is_set():
+        if reliable and counters.published and a.ack_timeout > 0 and not signalled.is_set():
             # reliable means delivered: a message not yet acknowledged when the node goes is lost (the last
             # frames of a pass, on a busy machine); a signal still ends the replay at once
-            if not pub.wait_for_all_acked(Duration(seconds=FLUSH_S)):
-                log(f"not every subscriber acknowledged the last messages within {FLUSH_S:g} s")
+            if not pub.wait_for_all_acked(Duration(seconds=a.ack_timeout)):
+                log(f"not every subscriber acknowledged the last messages within {a.ack_timeout:g} s")
         node.destroy_node()
         rclpy.try_shutdown()
     if rc == 0 and counters.published == 0:
