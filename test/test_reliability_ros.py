@@ -18,15 +18,10 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from test_ros_integration import (  # noqa: E402,F401
-    PERIOD_MS, RATE, ROOT, Listener, Proc, domain, procs, reasons, ros_env, small_model, start_replay,  # noqa: F401
-    start_vla_edge, tiny_model)
+    PERIOD_MS, RATE, ROBOT_DISCOVERY, ROOT, Listener, Proc, domain, procs, reasons, ros_env, small_model,  # noqa: F401
+    start_replay, start_vla_edge, tiny_model)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-
-# A robot's discovery range (not the LOCALHOST of scripts/env.sh, where rmw_fastrtps gives every process shared
-# memory): the reasoning process then runs UDPv4 only, and a participant joining cannot stall its publishes
-# (bringup.udp_only_transport). The static peer finds the other (LOCALHOST) processes without multicast.
-ROBOT_DISCOVERY = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1"}
 
 
 # --------------------------------------------------------------------------------------------

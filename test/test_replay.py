@@ -436,14 +436,12 @@ def test_a_reliable_replay_waits_for_its_subscribers_before_exiting(tmp_path):
     import random
     import signal
 
-    from test_ros_integration import Proc, ros_env
+    from test_ros_integration import ROBOT_DISCOVERY, Proc, ros_env
 
     # UDP only (a robot's discovery range, static peer for unicast discovery): over Fast DDS's shared-memory
     # transport a reader stopped ~2.5 s while 57 KB frames arrived at 30 Hz got nothing more from this writer
     # after it ran again (6 of 8 runs; never acknowledged within 10 s); over UDP it is repaired (6 of 6)
-    udp = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1",
-           "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}
-    env = ros_env(random.randint(101, 200), udp)
+    env = ros_env(random.randint(101, 200), {**ROBOT_DISCOVERY, "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
     bag = R.make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=160, height=120)
     last = 1_700_000_000_000_000_000 + int(round(29 * 1e9 / 30))
     reader = Proc(["-c", SLOW_READER], env, tmp_path / "reader.log")

@@ -50,6 +50,12 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 # helpers (also used by test_replay.py)
 # --------------------------------------------------------------------------------------------
 
+# A robot's discovery range (not the LOCALHOST of scripts/env.sh, where rmw_fastrtps gives every process shared
+# memory): the reasoning process then runs UDPv4 only, and a participant joining cannot stall its publishes
+# (bringup.udp_only_transport). The static peer finds the other (LOCALHOST) processes without multicast.
+ROBOT_DISCOVERY = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1"}
+
+
 def ros_env(domain: int, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(
