@@ -8,12 +8,12 @@
 #endif
 typedef unsigned short bf16_t;  // raw bf16 bits, as the weights are stored
 
-// Programmatic Dependent Launch (Hopper, sm_90+). The kernels are compiled twice: without VLA_PDL (variant v3:
-// both macros are empty, the code is the v3 code) and with -DVLA_PDL (variants v3p / v4, launched with
-// cuLaunchKernelEx + CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). PDL_TRIGGER lets the next kernel in
-// the stream start its blocks (they run up to their own PDL_WAIT); PDL_WAIT blocks until every grid this one
-// depends on has completed and its memory is visible. Rule kept by every kernel: only reads of constant data
-// (weights) before PDL_WAIT, no write and no return before it. Without the launch attribute both are no-ops.
+// Programmatic Dependent Launch (Hopper, sm_90+). cuda/kernels.py compiles every file with -DVLA_PDL; the decode
+// kernels are launched with cuLaunchKernelEx + CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda/launch.py).
+// PDL_TRIGGER lets the next kernel in the stream start its blocks (they run up to their own PDL_WAIT); PDL_WAIT
+// blocks until every grid this one depends on has completed and its memory is visible. Rule kept by every kernel:
+// only reads of constant data (weights) before PDL_WAIT, no write and no return before it. Without the launch
+// attribute (plain launches, e.g. the prefill) and below sm_90 both are no-ops.
 #if defined(VLA_PDL) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
@@ -177,49 +177,7 @@ __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, c
 }
 
 
-// --- prefill GEMMs (gemm.cu, gemm_w4.cu): mma.sync m16n8k16 fragments over 64-wide k chunks -------------------
-// Word i (0..7) of a lane's 16 k-values held as two uint4: the bf16 pair of elements 2i, 2i+1.
-__device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int i) {
-    const uint4& v = i < 4 ? a : b;
-    const int j = i & 3;
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-// The A operand (X, bf16 [16*MT rows, K]) of one 64-wide k chunk: m-tile mt, rows r / r+8, the lane's 16 k-values.
-template <int MT>
-__device__ __forceinline__ void load_a_chunk(uint4 (&a)[MT][2][2], const bf16_t* __restrict__ X, int K, int k0,
-                                             int lane) {
-    const int r = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint4* p = (const uint4*)(X + (size_t)(mt * 16 + r + h * 8) * K + k0 + q * 16);
-            a[mt][h][0] = p[0];
-            a[mt][h][1] = p[1];
-        }
-}
-
-// Y[t, n] = acc (mode 0) or += acc with atomics (mode 1, split-K), for the warp's NT n-tiles of 8 from column n0.
-template <int MT, int NT>
-__device__ __forceinline__ void store_acc(const float (&acc)[MT][NT][4], float* __restrict__ Y, int N, int n0,
-                                          int lane, int mode) {
-    const int r = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = mt * 16 + r + (e >> 1) * 8;
-                const int n = n0 + j * 8 + q * 2 + (e & 1);
-                float* dst = Y + (size_t)t * N + n;
-                if (mode == 0) *dst = acc[mt][j][e];
-                else atomicAdd(dst, acc[mt][j][e]);
-            }
-}
-
-// --- 4-bit weights (gemv_w4.cu, gemm_w4.cu) ---------------------------------------------------------------------
+// --- 4-bit weights (gemv_w4.cu, gemm.cu) -------------------------------------------------------------------------
 // A group's scale from its scale|zero word: the low 16 bits are fp16, or bf16 when sbf != 0.
 __device__ __forceinline__ float w4_scale(unsigned sz, int sbf) {
     const unsigned b = sz & 0xffffu;

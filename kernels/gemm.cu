@@ -1,100 +1,285 @@
-// Prefill projections on the tensor cores: Y[T, N] (=|+=) X[T, K] . W[N, K]^T for T = 32 rows (gemm_bf16_t32)
-// or 48 rows (gemm_bf16_t48: 32 vision tokens + 8 parallel action queries, padded with zero rows),
-// X bf16 (normalised activations), W bf16 (HF [out, in]), fp32 accumulation with mma.sync m16n8k16.
-// Memory-bound on W (read once): grid (N/64, ksplit), 4 warps, each warp owns 16 W rows and streams
-// them with 16-byte loads; split-K partial sums are added with atomics (mode 1), which also fuses
-// the residual add (Y = x) and the q/k/v bias (Y pre-initialised with the bias by rmsnorm_bf16).
-// K is permuted consistently inside each 64-wide chunk for A and B so every lane loads 2 x 16 bytes
-// of a W row (the dot product does not depend on the order of k). Twin: ops.linear.
+// Prefill projections on the tensor cores, one body for both weight formats (the format is a policy):
+//   Y[T, N] (=|+=) X[T, K] . W[N, K]^T       (mode 0: store; mode 1: fp32 atomics, split-K, residual/bias fused)
+//   act[T, N/2] = silu(X . Wg^T) * (X . Wu^T) (mode 2: gate/up + SwiGLU fused; W = [gate rows; up rows], no split)
+// T = 32 rows (gemm_<fmt>_t32) or 48 (gemm_<fmt>_t48: 32 vision tokens + 8 parallel action queries + zero rows).
+// X bf16 (normalised activations); W bf16 [N, K] (HF [out, in]) or 4-bit (Q uint32 [N, K/8] nibbles, SZ uint32
+// [N, K/128] scale bits | zero << 16, as gemv_w4.cu); fp32 accumulation with mma.sync m16n8k16.
+// Twins: ops.linear (on QuantTensor.dequantize() for 4-bit), ops.silu_mul for mode 2.
+//
+// Structure (W4A16 in the Marlin manner: the weights are dequantized inside a pipelined tensor-core loop):
+// a block of 4 warps owns GEMM_NB = 128 W rows (a warp 32: four n-tiles of 8) and a K range of 64-wide chunks
+// (grid.y splits K). Each chunk's X tile (T x 64 bf16) and W tile (128 rows x 64: 16 KB bf16, 4 KB of nibbles
+// + 512 B of scale|zero) are copied global -> shared with cp.async, GEMM_STAGES deep, so a block keeps three
+// chunks of weights in flight while it multiplies the fourth, and the four warps share one copy of X (the old
+// kernel re-read X from L2 in every warp). Fragments are read from shared memory with 16-byte loads (X and
+// bf16 W tiles XOR-swizzled by row, conflict-free). K is permuted consistently for A and B inside each chunk:
+// lane q of a row takes the chunk's elements 16q..16q+15 (two 16-byte words), mma step s uses elements
+// 4s..4s+3 of those (the dot product does not depend on the order of k).
+// 4-bit: B = (q - z) converted exactly to bf16 (w4_bfpair), the group scale applied to the fp32 accumulators once
+// per chunk (a chunk never straddles a 128-group): acc += s[n] * (X . (q - z)).
 #include "common.cuh"
 
-template <int MT>
-struct Chunk {
-    uint4 b[2][2];      // [n-tile][half]
-    uint4 a[MT][2][2];  // [m-tile][row r / r+8][half]
+#define GEMM_NB 128     // W rows a block
+#define GEMM_NT 4       // n-tiles of 8 rows a warp
+#define GEMM_STAGES 4   // cp.async pipeline depth (chunks)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Word i (0..7) of a lane's 16 k-values held as two uint4: the bf16 pair of elements 2i, 2i+1.
+__device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int i) {
+    const uint4& v = i < 4 ? a : b;
+    const int j = i & 3;
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// Elements 2p, 2p+1 of a word (the two nibbles of byte p) minus the zero, as a bf16 pair: the byte is copied into
+// both halves, each half's nibble OR 0x4300 is the bf16 of 128 + n (ulp 1 in [128, 256)), and one bf16x2
+// subtraction of 128 + z leaves n - z, exact for these small integers. zz = bf16x2 bits of (128 + z, 128 + z).
+__device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, unsigned zz) {
+    const unsigned v = __byte_perm(w, 0u, 0x4040u | (unsigned)p | ((unsigned)p << 8));  // 0x00bb00bb
+    const unsigned t = (v & 0x0000000Fu) | ((v >> 4) & 0x000F0000u) | 0x43004300u;
+    const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
+    return *(const unsigned*)&d;
+}
+
+// The weight formats. W_UNITS / S_UNITS: 16-byte units of a stage's W tile / scale|zero tile.
+struct FmtBf16 {
+    static constexpr int W_UNITS = GEMM_NB * 8;  // 128 rows x 128 bytes
+    static constexpr int S_UNITS = 0;
+};
+struct FmtW4 {
+    static constexpr int W_UNITS = GEMM_NB * 2;  // 128 rows x 32 bytes of nibbles
+    static constexpr int S_UNITS = GEMM_NB / 4;  // 128 words of scale|zero
 };
 
-template <int MT>
-__device__ __forceinline__ void load_chunk(Chunk<MT>& c, const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
-                                           int K, int n0, int k0, int lane) {
-    const int r = lane >> 2, q = lane & 3;
+// The W row that block-local row l stands for: consecutive rows, or in mode 2 the warp's n-tiles 0, 1 are gate rows
+// and 2, 3 the up rows of the same 16 outputs (so one lane holds g and u of the same element).
+__device__ __forceinline__ int w_row(int l, int mode, int N) {
+    if (mode != 2) return blockIdx.x * GEMM_NB + l;
+    const int w = l >> 5, j = (l >> 3) & 3, r = l & 7;
+    return (j >= 2 ? (N >> 1) : 0) + blockIdx.x * (GEMM_NB / 2) + w * 16 + (j & 1) * 8 + r;
+}
+
+template <class F, int MT>
+__device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
+                                           const unsigned* __restrict__ SZ, int N, int K, int mode, int c) {
+    const int tid = threadIdx.x;
+    const int k0 = c * 64;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-        const uint4* p = (const uint4*)(W + (size_t)(n0 + j * 8 + r) * K + k0 + q * 16);
-        c.b[j][0] = ldg_stream(p);
-        c.b[j][1] = ldg_stream(p + 1);
+    for (int i = 0; i < (16 * MT * 8) / 128; ++i) {  // X tile, rows x 8 units, swizzled
+        const int idx = tid + i * 128, r = idx >> 3, u = idx & 7;
+        cp_async16(st + r * 8 + (u ^ (r & 7)), X + (size_t)r * K + k0 + u * 8);
     }
-    load_a_chunk<MT>(c.a, X, K, k0, lane);
+    uint4* ws = st + 16 * MT * 8;
+    if (F::S_UNITS == 0) {
+        const bf16_t* Wb = (const bf16_t*)W;
+#pragma unroll
+        for (int i = 0; i < F::W_UNITS / 128; ++i) {
+            const int idx = tid + i * 128, l = idx >> 3, u = idx & 7;
+            cp_async16(ws + l * 8 + (u ^ (l & 7)), Wb + (size_t)w_row(l, mode, N) * K + k0 + u * 8);
+        }
+    } else {
+        const unsigned* Q = (const unsigned*)W;
+#pragma unroll
+        for (int i = 0; i < F::W_UNITS / 128; ++i) {
+            const int idx = tid + i * 128, l = idx >> 1, u = idx & 1;
+            cp_async16(ws + idx, Q + (size_t)w_row(l, mode, N) * (K >> 3) + (k0 >> 3) + u * 4);
+        }
+        unsigned* ss = (unsigned*)(ws + F::W_UNITS);
+        cp_async4(ss + tid, SZ + (size_t)w_row(tid, mode, N) * (K >> 7) + (k0 >> 7));
+    }
 }
 
 template <int MT>
-__device__ __forceinline__ void mma_chunk(const Chunk<MT>& c, float (*acc)[2][4]) {
+__device__ __forceinline__ void load_a(uint4 (&a)[MT][2][2], const uint4* xs, int r, int q) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = mt * 16 + h * 8 + r;  // row & 7 == r
+            a[mt][h][0] = xs[row * 8 + ((2 * q) ^ r)];
+            a[mt][h][1] = xs[row * 8 + ((2 * q + 1) ^ r)];
+        }
+}
+
+// acc += X . W^T over the chunk in stage st (bf16 weights).
+template <int MT>
+__device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM_NT][4], FmtBf16, int, int warp,
+                                          int lane) {
+    const int r = lane >> 2, q = lane & 3;
+    uint4 a[MT][2][2];
+    load_a<MT>(a, st, r, q);
+    const uint4* ws = st + 16 * MT * 8;
+    uint4 b[GEMM_NT][2];
+#pragma unroll
+    for (int j = 0; j < GEMM_NT; ++j) {
+        const int l = warp * 32 + j * 8 + r;
+        b[j][0] = ws[l * 8 + ((2 * q) ^ r)];
+        b[j][1] = ws[l * 8 + ((2 * q + 1) ^ r)];
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const unsigned a0 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s);
-            const unsigned a1 = word_of(c.a[mt][1][0], c.a[mt][1][1], 2 * s);
-            const unsigned a2 = word_of(c.a[mt][0][0], c.a[mt][0][1], 2 * s + 1);
-            const unsigned a3 = word_of(c.a[mt][1][0], c.a[mt][1][1], 2 * s + 1);
+            const unsigned a0 = word_of(a[mt][0][0], a[mt][0][1], 2 * s);
+            const unsigned a1 = word_of(a[mt][1][0], a[mt][1][1], 2 * s);
+            const unsigned a2 = word_of(a[mt][0][0], a[mt][0][1], 2 * s + 1);
+            const unsigned a3 = word_of(a[mt][1][0], a[mt][1][1], 2 * s + 1);
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const unsigned b0 = word_of(c.b[j][0], c.b[j][1], 2 * s);
-                const unsigned b1 = word_of(c.b[j][0], c.b[j][1], 2 * s + 1);
-                mma_bf16_16816(acc[mt][j], a0, a1, a2, a3, b0, b1);
-            }
+            for (int j = 0; j < GEMM_NT; ++j)
+                mma_bf16_16816(acc[mt][j], a0, a1, a2, a3, word_of(b[j][0], b[j][1], 2 * s),
+                               word_of(b[j][0], b[j][1], 2 * s + 1));
+        }
+}
+
+// acc += s . (X . (q - z)^T) over the chunk in stage st (4-bit weights).
+template <int MT>
+__device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM_NT][4], FmtW4, int sbf, int warp,
+                                          int lane) {
+    const int r = lane >> 2, q = lane & 3;
+    uint4 a[MT][2][2];
+    load_a<MT>(a, st, r, q);
+    const uint2* ws = (const uint2*)(st + 16 * MT * 8);
+    const unsigned* ss = (const unsigned*)(st + 16 * MT * 8 + FmtW4::W_UNITS);
+    uint2 b[GEMM_NT];
+    unsigned zz[GEMM_NT];
+#pragma unroll
+    for (int j = 0; j < GEMM_NT; ++j) {
+        const int l = warp * 32 + j * 8 + r;
+        b[j] = ws[l * 4 + q];  // the lane's 16 nibbles of row l: elements 16q..16q+15 of the chunk
+        const unsigned z128 = 0x4300u | ((ss[l] >> 16) & 15u);  // bf16(128 + z)
+        zz[j] = z128 | (z128 << 16);
+    }
+    float t[MT][GEMM_NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < GEMM_NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) t[i][j][e] = 0.f;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        unsigned b0[GEMM_NT], b1[GEMM_NT];
+#pragma unroll
+        for (int j = 0; j < GEMM_NT; ++j) {
+            // bf16 pair i (elements 2i, 2i+1 of the lane's 16) = nibbles 2(i&3), 2(i&3)+1 of word i>>2
+            b0[j] = w4_bfpair(s < 2 ? b[j].x : b[j].y, (2 * s) & 3, zz[j]);
+            b1[j] = w4_bfpair(s < 2 ? b[j].x : b[j].y, (2 * s + 1) & 3, zz[j]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const unsigned a0 = word_of(a[mt][0][0], a[mt][0][1], 2 * s);
+            const unsigned a1 = word_of(a[mt][1][0], a[mt][1][1], 2 * s);
+            const unsigned a2 = word_of(a[mt][0][0], a[mt][0][1], 2 * s + 1);
+            const unsigned a3 = word_of(a[mt][1][0], a[mt][1][1], 2 * s + 1);
+#pragma unroll
+            for (int j = 0; j < GEMM_NT; ++j) mma_bf16_16816(t[mt][j], a0, a1, a2, a3, b0[j], b1[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMM_NT; ++j) {
+        const int l = warp * 32 + j * 8 + q * 2;  // accumulator columns 2q, 2q+1 of n-tile j
+        const float s0 = w4_scale(ss[l], sbf), s1 = w4_scale(ss[l + 1], sbf);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            acc[i][j][0] = fmaf(s0, t[i][j][0], acc[i][j][0]);
+            acc[i][j][1] = fmaf(s1, t[i][j][1], acc[i][j][1]);
+            acc[i][j][2] = fmaf(s0, t[i][j][2], acc[i][j][2]);
+            acc[i][j][3] = fmaf(s1, t[i][j][3], acc[i][j][3]);
         }
     }
 }
 
-// mode 0: Y = X W^T (ksplit must be 1); mode 1: Y += X W^T (atomics). T = 16*MT rows; K % 64 == 0; N % 64 == 0.
-template <int MT>
-__device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
-                                          float* __restrict__ Y, int N, int K, int mode) {
+template <class F, int MT>
+__device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const void* __restrict__ W,
+                                          const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
+                                          bf16_t* __restrict__ act, int N, int K, int mode) {
+    extern __shared__ uint4 smem[];
+    constexpr int STAGE = 16 * MT * 8 + F::W_UNITS + F::S_UNITS;  // 16-byte units
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n0 = blockIdx.x * 64 + warp * 16;
     const int nch = K >> 6;
     const int per = (nch + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
     const int c1 = min(nch, c0 + per);
-    // L2 prefetch of this warp's 16 W rows over its k range (one line = one 64-wide chunk of a row).
-    for (int e = lane; e < 16 * (c1 - c0); e += 32) {
-        const int rr = e / (c1 - c0), cc = c0 + e % (c1 - c0);
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)(n0 + rr) * K + cc * 64));
-    }
     PDL_ENTRY();
-    float acc[MT][2][4];
+    float acc[MT][GEMM_NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < GEMM_NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-    int c = c0;
-    for (; c + 1 < c1; c += 2) {
-        Chunk<MT> ch[2];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) load_chunk(ch[u], X, W, K, n0, (c + u) * 64, lane);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) mma_chunk(ch[u], acc);
+    for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+        if (c0 + s < c1) load_stage<F, MT>(smem + s * STAGE, X, W, SZ, N, K, mode, c0 + s);
+        cp_async_commit();
     }
-    for (; c < c1; ++c) {
-        Chunk<MT> ch;
-        load_chunk(ch, X, W, K, n0, c * 64, lane);
-        mma_chunk(ch, acc);
+    for (int c = c0; c < c1; ++c) {
+        cp_async_wait<GEMM_STAGES - 2>();  // chunk c has landed (this thread's copies) ...
+        __syncthreads();                   // ... everyone's, and the stage refilled below is no longer read
+        const int cn = c + GEMM_STAGES - 1;
+        if (cn < c1) load_stage<F, MT>(smem + ((cn - c0) % GEMM_STAGES) * STAGE, X, W, SZ, N, K, mode, cn);
+        cp_async_commit();
+        mma_stage<MT>(smem + ((c - c0) % GEMM_STAGES) * STAGE, acc, F(), sbf, warp, lane);
     }
+    cp_async_wait<0>();
     if (c0 >= c1) return;
-    store_acc<MT, 2>(acc, Y, N, n0, lane, mode);
+    const int r = lane >> 2, q = lane & 3;
+    if (mode == 2) {
+        const int I = N >> 1;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int t = mt * 16 + r + h * 8;
+                    const int i = blockIdx.x * (GEMM_NB / 2) + warp * 16 + j * 8 + q * 2;
+                    const float g0 = acc[mt][j][2 * h], g1 = acc[mt][j][2 * h + 1];
+                    const float u0 = acc[mt][j + 2][2 * h], u1 = acc[mt][j + 2][2 * h + 1];
+                    *(unsigned*)(act + (size_t)t * I + i) =
+                        pack_bf2(g0 / (1.f + __expf(-g0)) * u0, g1 / (1.f + __expf(-g1)) * u1);
+                }
+        return;
+    }
+    const int n0 = blockIdx.x * GEMM_NB + warp * 32;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < GEMM_NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = mt * 16 + r + (e >> 1) * 8;
+                const int n = n0 + j * 8 + q * 2 + (e & 1);
+                float* dst = Y + (size_t)t * N + n;
+                if (mode == 0) *dst = acc[mt][j][e];
+                else atomicAdd(dst, acc[mt][j][e]);
+            }
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-gemm_bf16_t32(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y, int N, int K,
-              int mode) {
-    gemm_body<2>(X, W, Y, N, K, mode);
-}
-
-extern "C" __global__ void __launch_bounds__(128)
-gemm_bf16_t48(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y, int N, int K,
-              int mode) {
-    gemm_body<3>(X, W, Y, N, K, mode);
-}
+#define GEMM_BF16(MT, T)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128)                                                            \
+    gemm_bf16_t##T(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y,            \
+                   bf16_t* __restrict__ act, int N, int K, int mode) {                                           \
+        gemm_body<FmtBf16, MT>(X, W, nullptr, 0, Y, act, N, K, mode);                                             \
+    }
+#define GEMM_W4(MT, T)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(128)                                                            \
+    gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
+                 int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
+        gemm_body<FmtW4, MT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                  \
+    }
+GEMM_BF16(2, 32)
+GEMM_BF16(3, 48)
+GEMM_W4(2, 32)
+GEMM_W4(3, 48)

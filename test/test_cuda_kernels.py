@@ -49,16 +49,51 @@ i32, f32 = np.int32, np.float32
 NULL = np.uint64(0)
 
 
-@pytest.mark.parametrize("N,K,mode", [(128, 512, 0), (1024, 1536, 1), (64, 8960, 1)])
-def test_gemm_bf16_t32(k, N, K, mode):
+def gemm(k, fmt, rows):
+    from vla_edge_ros.cuda.launch import Gemm
+
+    return Gemm(k, fmt, rows)
+
+
+@pytest.mark.parametrize("rows", [32, 48])
+@pytest.mark.parametrize("N,K,mode,ks", [(128, 512, "store", 1), (1024, 1536, "add", 5), (128, 8960, "add", 7),
+                                         (512, 8960, "store", 1), (2048, 1536, "add", 24), (256, 128, "add", 3)])
+def test_gemm_bf16(k, rows, N, K, mode, ks):
+    """kernels/gemm.cu, bf16 weights: store, and split-K accumulation (ks slices, some empty) onto Y."""
     rng = np.random.default_rng()
-    X, W = bf(rng, (32, K)), bf(rng, (N, K), 0.05)
-    y0 = rng.standard_normal((32, N)).astype(np.float32)
-    Y = cp.asarray(y0) if mode else poison((32, N))
-    ks = 1 if mode == 0 else 5
-    k.gemm_bf16_t32((N // 64, ks), (128,), (cp.asarray(X), cp.asarray(W), Y, i32(N), i32(K), i32(mode)))
-    ref = bf16_to_f32(X) @ bf16_to_f32(W).T + (y0 if mode else 0)
-    assert rel(Y.get(), ref) < 1e-5
+    X, W = bf(rng, (rows, K)), bf(rng, (N, K), 0.05)
+    y0 = rng.standard_normal((rows, N)).astype(np.float32)
+    Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
+    gemm(k, "bf16", rows)(cp.asarray(X), cp.asarray(W), N, K, mode, Y=Y, ks=ks)
+    ref = bf16_to_f32(X) @ bf16_to_f32(W).T + (y0 if mode == "add" else 0)
+    # fp32 sums of 8960 products in another order than NumPy's: measured 1.0e-5 at K = 8960
+    assert rel(Y.get(), ref) < 3e-5
+
+
+def swiglu_twin(X, w, inter):
+    """The fused gate/up + SwiGLU (mode "swiglu") from the twins: ops.linear on [gate; up], then ops.silu_mul."""
+    gu = ops.linear(X, w)
+    return ops.silu_mul(gu[:, :inter], gu[:, inter:])
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "w4"])
+@pytest.mark.parametrize("rows,inter,K", [(32, 8960, 1536), (48, 8960, 1536), (48, 256, 512)])
+def test_gemm_swiglu(k, fmt, rows, inter, K):
+    """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu)."""
+    rng = np.random.default_rng()
+    X = bf(rng, (rows, K))
+    if fmt == "w4":
+        Q, SZ, sbf, w = w4_random(rng, 2 * inter, K, "float16")
+        wdev = (Q, SZ, sbf)
+    else:
+        wb = bf(rng, (2 * inter, K), 0.05)
+        w, wdev = bf16_to_f32(wb), cp.asarray(wb)
+    act = poison((rows, inter), np.uint16)
+    gemm(k, fmt, rows)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
+    out = bf16_to_f32(act.get())
+    ref = swiglu_twin(bf16_to_f32(X), w, inter)
+    assert rel(out, ref) < 5e-3  # the bf16 rounding of the output
+    assert np.abs(out - ref).max() <= 2 ** -7 * np.abs(ref).max() + 1e-6
 
 
 @pytest.mark.parametrize("T,n_prefix,nsplit,group,bidir_from", [
@@ -146,7 +181,7 @@ def test_vision_encode(k):
 
 def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
     rng = np.random.default_rng()
-    H, I, N = 1536, 8960, 2048
+    H, N = 1536, 2048
     x = rng.standard_normal((32, H)).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     bias = rng.standard_normal(N).astype(np.float32)
@@ -157,10 +192,6 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
     o32 = poison((32, H))
     k.rmsnorm_f32((32,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), i32(H), o32))
     assert rel(o32.get(), ops.rms_norm(x, bf16_to_f32(ln), 1e-6)) < 1e-6
-    gu = rng.standard_normal((32, 2 * I)).astype(np.float32)
-    act = poison((32, I), np.uint16)
-    k.silu_mul_bf16((1024,), (256,), (cp.asarray(gu), i32(32), i32(I), act))
-    assert rel(bf16_to_f32(act.get()), ops.silu_mul(gu[:, :I], gu[:, I:])) < 5e-3
     table = bf(rng, (256, H))
     start = bf(rng, (H,))
     xo = poison(H)
@@ -180,8 +211,8 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
         assert (vc.get()[:, s, :].reshape(-1) == f32_to_bf16(qkv[t, NQ + NKVD:])).all()
     ts = cp.zeros(2, cp.uint64)
     k.stamp((1,), (1,), (ts, i32(0)))
-    k.gemm_bf16_t32((64, 1), (128,), (cp.asarray(bf(rng, (32, 8960))), cp.asarray(bf(rng, (4096, 8960))),
-                                      cp.zeros((32, 4096), cp.float32), i32(4096), i32(8960), i32(0)))
+    gemm(k, "bf16", 32)(cp.asarray(bf(rng, (32, 8960))), cp.asarray(bf(rng, (4096, 8960))), 4096, 8960, "store",
+                        Y=cp.zeros((32, 4096), cp.float32))
     k.stamp((1,), (1,), (ts, i32(1)))
     t = ts.get()
     assert t[1] > t[0] > 0
@@ -321,28 +352,20 @@ def test_w4_device_arrays_match_the_test_packing():
 
 
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("rows,N,K,mode", [(32, 128, 512, 0), (32, 1024, 1536, 1), (32, 128, 8960, 1),
-                                           (48, 128, 1536, 0), (48, 512, 8960, 1), (48, 17920, 1536, 0)])
-def test_gemm_w4(k, scale_dtype, rows, N, K, mode):
+@pytest.mark.parametrize("rows,N,K,mode,ks", [(32, 128, 512, "store", 1), (32, 1024, 1536, "add", 5),
+                                              (32, 128, 8960, "add", 7), (48, 128, 1536, "store", 1),
+                                              (48, 512, 8960, "add", 44), (48, 17920, 1536, "store", 1),
+                                              (48, 1536, 256, "add", 2)])
+def test_gemm_w4(k, scale_dtype, rows, N, K, mode, ks):
+    """kernels/gemm.cu, 4-bit weights (fp16 or bf16 scales, zero points), store and split-K accumulation."""
     rng = np.random.default_rng()
     Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
     X = bf(rng, (rows, K))
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
-    Y = cp.asarray(y0) if mode else poison((rows, N))
-    ks = 1 if mode == 0 else 5
-    getattr(k, f"gemm_w4_t{rows}")((N // 128, ks), (128,), (cp.asarray(X), Q, SZ, sbf, Y, i32(N), i32(K), i32(mode)))
-    ref = bf16_to_f32(X) @ w.T + (y0 if mode else 0)
+    Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
+    gemm(k, "w4", rows)(cp.asarray(X), (Q, SZ, sbf), N, K, mode, Y=Y, ks=ks)
+    ref = bf16_to_f32(X) @ w.T + (y0 if mode == "add" else 0)
     assert rel(Y.get(), ref) < 3e-5
-
-
-@pytest.mark.parametrize("N,K", [(128, 512), (512, 8960)])
-def test_gemm_bf16_t48(k, N, K):
-    rng = np.random.default_rng()
-    X, W = bf(rng, (48, K)), bf(rng, (N, K), 0.05)
-    Y = poison((48, N))
-    k.gemm_bf16_t48((N // 64, 1), (128,), (cp.asarray(X), cp.asarray(W), Y, i32(N), i32(K), i32(0)))
-    # fp32 sums of 8960 products in another order than NumPy's: measured 1.0e-5 at K = 8960
-    assert rel(Y.get(), bf16_to_f32(X) @ bf16_to_f32(W).T) < 3e-5
 
 
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])

@@ -14,8 +14,11 @@ re-capture. No cuBLAS, no PyTorch. The prefill is launched plainly; the decode k
 Dependent Launch (sm_90+), each stamp plainly (a full barrier per pass, which the attention kernel's pre-wait
 loads of older keys rely on).
 
+Prefill, per layer: rmsnorm(+bias) -> GEMM q/k/v -> kv_write -> attn_partial -> attn_combine -> GEMM o (+res) ->
+rmsnorm -> GEMM gate/up + SwiGLU -> GEMM down (+res): 9 kernels (kernels/gemm.cu, through cuda.launch.Gemm).
 Weights: bf16, or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear layers of every layer; the
-kernels for each (gemv.cu / gemm.cu, gemv_w4.cu / gemm_w4.cu) are chosen by the model, not by a switch.
+kernels for each (gemv.cu / gemv_w4.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
+the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
 """
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
 from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
-from .launch import Launcher
+from .launch import Gemm, Launcher
 
 NULLP = np.uint64(0)  # a null pointer kernel argument
 i32, f32 = np.int32, np.float32
@@ -58,7 +61,9 @@ def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0):
+    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, sms: int | None = None):
+        """``sms``: the multiprocessors to plan the grids for (default: the device's; chunk_bench --sms passes the
+        count of a green context the process is confined to)."""
         cfg = self.cfg = weights.cfg
         check_cuda_shape(cfg)
         self.capacity = int(capacity)
@@ -71,7 +76,7 @@ class CudaBackend:
         self.NQKV = self.NQ + 2 * self.NKVD
         self.V0 = cfg.vocab_size - ACTION_VOCAB
         self.parallel = cfg.parallel
-        self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self.sms = int(sms) if sms else cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.lay = layout(cfg, self.capacity, self.sms)
         self.plan = self.lay.parts
         check_vram_plan(self.plan, self.vram_ceiling_gb, self.capacity)
@@ -84,6 +89,8 @@ class CudaBackend:
         self.w4 = self.weight_format == "w4"
         self._upload_weights(weights)
         self.gemv = self._gemv_plan()
+        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows)
+        self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, 128, 1, self.gemm.smem)
         self._allocate()
         self._peak = 0
         self._note_peak()
@@ -130,6 +137,10 @@ class CudaBackend:
         self.vc = cp.zeros((L, NKV, cap, D), cp.uint16)
         for name, (shape, dtype) in self.lay.buffers.items():
             setattr(self, name, cp.zeros(shape, dtype))
+        # the prefill's SwiGLU output (bf16 [rows, I], written by the gate/up GEMM, read by the down GEMM) lives in
+        # the plan's "gu" buffer (sized for the fp32 gate|up pair the unfused path needed: twice what this uses)
+        rows = self.lay.rows
+        self.act_pre = self.gu.reshape(-1).view(cp.uint16)[:rows * self.I].reshape(rows, self.I)
         cos, sin = ops.rope_cos_sin(np.arange(cap), D, self.cfg.rope_theta)
         self.cos.set(cos)
         self.sin.set(sin)
@@ -188,21 +199,13 @@ class CudaBackend:
             plan[key] = {"name": name, "S": S, "blocks": blocks}
         return plan
 
-    def _ks(self, n_tiles: int, k: int) -> int:
-        return max(1, min(k // 64, math.ceil(2 * self.sms / n_tiles)))
-
-    def _gemm(self, X, W, Y, N, K, mode, split):
-        """Prefill GEMM; split: split K (the grid's y) sized for the tile count, or 1 (mode 0 needs 1)."""
-        rows = self.lay.rows
-        if self.w4:  # 128 W rows a block (gemm_w4.cu)
-            Q, SZ = W
-            ks = self._ks(N // 128, K) if split else 1
-            self.launch(f"gemm_w4_t{rows}", (N // 128, ks), (128,), (X, Q, SZ, self.sbf, Y, i32(N), i32(K), i32(mode)),
-                        dependent=False)
-        else:  # 64 W rows a block (gemm.cu)
-            ks = self._ks(N // 64, K) if split else 1
-            self.launch(f"gemm_bf16_t{rows}", (N // 64, ks), (128,), (X, W, Y, i32(N), i32(K), i32(mode)),
-                        dependent=False)
+    def _gemm(self, X, W, Y, N, K, mode):
+        """Prefill GEMM (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
+        g = self.gemm
+        if mode == "swiglu":
+            g(X, self._w(W), N, K, mode, act=Y, run=self.launch)
+        else:
+            g(X, self._w(W), N, K, mode, Y=Y, ks=g.split(N, K, mode, self.gemm_slots), run=self.launch)
 
     # ------------------------------------------------------------------------------------ the graph body
     def _prefill_layers(self, T: int, bidir_from: int):
@@ -217,7 +220,7 @@ class CudaBackend:
             kc, vc = self.kc[li], self.vc[li]
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln1"], eps, i32(H), self.xb, lw["bqkv"], i32(NQKV),
                                               self.qkv), dependent=False)
-            self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, 1, True)
+            self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, "add")
             go("kv_write", (max(1, T * 2 * NKVD // 256),), (256,),
                (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc, self.order_dev, self.params_dev, i32(0),
                 i32(cap)), dependent=False)
@@ -227,13 +230,11 @@ class CudaBackend:
             go("attn_combine", (self.NKV * nrg * 64,), (128,),
                (self.part_o, self.part_ml, i32(nrg), i32(nsp), i32(T), i32(self.group), i32(NQ), self.att,
                 self.att_bf), dependent=False)
-            self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, 1, True)
+            self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
                dependent=False)
-            self._gemm(self.xb, lw["wgu"], self.gu, 2 * I, H, 0, False)
-            go("silu_mul_bf16", (min(1024, self.lay.rows * I // 256),), (256,),
-               (self.gu, i32(self.lay.rows), i32(I), self.xb), dependent=False)
-            self._gemm(self.xb, lw["wd"], self.x_pre, H, I, 1, True)
+            self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16
+            self._gemm(self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
     def _decode_pass(self, step: int):
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
@@ -248,7 +249,7 @@ class CudaBackend:
             kc, vc = self.kc[li], self.vc[li]
             c = g["qkv"]
             go(c["name"], (c["blocks"],), (256,),
-               (self.xdec, lw["ln1"], eps, *self._w(lw["wqkv"]), lw["bqkv"], i32(H), i32(NQ), i32(NKVD), self.qdec,
+               (self.xdec, lw["ln1"], eps, *self._wargs(lw["wqkv"]), lw["bqkv"], i32(H), i32(NQ), i32(NKVD), self.qdec,
                 kc, vc, self.order_dev, self.params_dev, q_off, i32(cap), i32(D)))
             go("attn_partial", (self.NKV, 1, nsp), (128,),
                (self.qdec, i32(NQ), kc, vc, self.order_dev, self.params_dev, q_off, i32(1), i32(self.group),
@@ -256,7 +257,7 @@ class CudaBackend:
             go("attn_combine", (self.NKV * 64,), (128,),
                (self.part_o, self.part_ml, i32(1), i32(nsp), i32(1), i32(self.group), i32(NQ), self.attdec, NULLP))
             c = g["o"]
-            go(c["name"], (c["blocks"],), (256,), (self.attdec, *self._w(lw["wo"]), i32(NQ), i32(H), self.xdec,
+            go(c["name"], (c["blocks"],), (256,), (self.attdec, *self._wargs(lw["wo"]), i32(NQ), i32(H), self.xdec,
                                                    i32(c["S"])))
             c = g["gateup"]
             if self.w4:
@@ -266,12 +267,16 @@ class CudaBackend:
                 gate = (lw["wgu"],)
             go(c["name"], (c["blocks"],), (256,), (self.xdec, lw["ln2"], eps, *gate, i32(H), i32(I), self.act))
             c = g["down"]
-            go(c["name"], (c["blocks"],), (256,), (self.act, *self._w(lw["wd"]), i32(I), i32(H), self.xdec,
+            go(c["name"], (c["blocks"],), (256,), (self.act, *self._wargs(lw["wd"]), i32(I), i32(H), self.xdec,
                                                    i32(c["S"])))
         self._head(self.xdec, step)
 
     def _w(self, w):
-        """A projection's weight arguments: (W,) for bf16, (Q, SZ, sbf) for 4-bit."""
+        """A projection's weight: W for bf16, (Q, SZ, sbf) for 4-bit."""
+        return (w[0], w[1], self.sbf) if self.w4 else w
+
+    def _wargs(self, w):
+        """A projection's weight as GEMV kernel arguments: (W,) for bf16, (Q, SZ, sbf) for 4-bit."""
         return (w[0], w[1], self.sbf) if self.w4 else (w,)
 
     def _head(self, x, step: int):

@@ -78,14 +78,94 @@ class Launcher:
             fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=s)
         self._prev_kernel = True
 
-    def blocks_per_sm(self, name: str, threads: int = 256, fallback: int = 1) -> int:
+    def blocks_per_sm(self, name: str, threads: int = 256, fallback: int = 1, smem: int = 0) -> int:
         try:
             from cuda.bindings import driver as drv
 
             err, n = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                drv.CUfunction(_fn_ptr(getattr(self.k, name))), threads, 0)
+                drv.CUfunction(_fn_ptr(getattr(self.k, name))), threads, int(smem))
             if err == drv.CUresult.CUDA_SUCCESS and n > 0:
                 return int(n)
         except Exception:  # noqa: BLE001 - no cuda-python: the __launch_bounds__ minimum
             pass
         return fallback
+
+
+# --------------------------------------------------------------------------------------------- typed launchers
+GEMM_NB = 128  # W rows a block (kernels/gemm.cu GEMM_NB)
+GEMM_STAGES = 4  # cp.async pipeline depth (kernels/gemm.cu GEMM_STAGES)
+GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
+
+
+def gemm_smem_bytes(fmt: str, rows: int) -> int:
+    """Dynamic shared memory of one prefill-GEMM block: GEMM_STAGES x (X tile + W tile (+ scale|zero tile))."""
+    x_units = rows * 8  # rows x 64 bf16
+    w_units = GEMM_NB * 8 if fmt == "bf16" else GEMM_NB * 2 + GEMM_NB // 4
+    return GEMM_STAGES * 16 * (x_units + w_units)
+
+
+def _set_max_dynamic_smem(fn, nbytes: int) -> None:
+    """Raise a kernel's dynamic shared-memory limit (cupy.RawKernel's settable attribute, else the driver call)."""
+    try:
+        fn.max_dynamic_shared_size_bytes = int(nbytes)
+        return
+    except AttributeError:
+        pass
+    from cuda.bindings import driver as drv
+
+    attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = drv.cuFuncSetAttribute(drv.CUfunction(_fn_ptr(fn)), attr, int(nbytes))
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared memory {nbytes}): {err}")
+
+
+class Gemm:
+    """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format ("bf16" | "w4") and row count
+    (32 | 48), used by the backend and the tests alike.
+
+    ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
+    (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
+    Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``run`` is a callable with the Launcher's
+    signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function."""
+
+    def __init__(self, kernels, fmt: str, rows: int):
+        if fmt not in ("bf16", "w4") or rows not in (32, 48):
+            raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
+        self.k, self.fmt, self.rows = kernels, fmt, rows
+        self.name = f"gemm_{fmt}_t{rows}"
+        self.smem = gemm_smem_bytes(fmt, rows)
+        _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default for bf16
+
+    def blocks(self, N: int, mode: str) -> int:
+        """Blocks along N."""
+        return (N // 2 if mode == "swiglu" else N) // (GEMM_NB // 2 if mode == "swiglu" else GEMM_NB)
+
+    def split(self, N: int, K: int, mode: str, slots: int) -> int:
+        """Split-K for "add": as many K slices as fill ``slots`` resident blocks in one wave (each slice whole chunks
+        of 64, none empty); 1 otherwise."""
+        if mode != "add":
+            return 1
+        nch = K // 64
+        ks = max(1, min(nch, slots // max(1, self.blocks(N, mode))))
+        per = -(-nch // ks)
+        return -(-nch // per)
+
+    def __call__(self, X, W, N, K, mode, Y=None, act=None, ks=1, run=None):
+        m = GEMM_MODES[mode]
+        if N % GEMM_NB or K % 128:
+            raise ValueError(f"prefill GEMM needs N % {GEMM_NB} == 0 and K % 128 == 0 (N={N}, K={K})")
+        if mode != "add" and ks != 1:
+            raise ValueError("only mode 'add' splits K")
+        null = np.uint64(0)
+        Y = null if Y is None else Y
+        act = null if act is None else act
+        if self.fmt == "w4":
+            Q, SZ, sbf = W
+            args = (X, Q, SZ, np.int32(sbf), Y, act, np.int32(N), np.int32(K), np.int32(m))
+        else:
+            args = (X, W, Y, act, np.int32(N), np.int32(K), np.int32(m))
+        grid = (self.blocks(N, mode), int(ks))
+        if run is None:
+            getattr(self.k, self.name)(grid, (128,), args, shared_mem=self.smem)
+        else:
+            run(self.name, grid, (128,), args, shared_mem=self.smem, dependent=False)

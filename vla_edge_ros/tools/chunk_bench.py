@@ -92,9 +92,32 @@ def breakdown(cp, be, reps=50) -> dict:
 def prefill_breakdown(cp, be, reps=30) -> dict:
     """The prefill alone, with kernel families left out."""
     families = {"all": [], "no_gemm": ["gemm_*"], "no_attention": ["attn_*"], "no_norm": ["rmsnorm_bf16"],
-                "no_kv_write": ["kv_write"], "no_silu": ["silu_mul_bf16"],
-                "only_gemm": ["attn_*", "rmsnorm_bf16", "kv_write", "silu_mul_bf16"]}
+                "no_kv_write": ["kv_write"], "only_gemm": ["attn_*", "rmsnorm_bf16", "kv_write"]}
     return leave_one_out(cp, be, lambda: be._prefill_layers(be.lay.tokens, 32), families, reps)
+
+
+def confine_to_sms(n: int) -> int:
+    """Make a CUDA green context of (at least) n SMs current on this thread, before any CuPy work, so that every
+    allocation, module and stream of the process runs on those SMs alone (cuDevSmResourceSplitByCount ->
+    cuGreenCtxCreate -> cuCtxFromGreenCtx -> cuCtxSetCurrent; the CUDA runtime under CuPy adopts the current
+    context). Returns the SM count granted (Hopper splits in multiples of 8)."""
+    from cuda.bindings import driver as drv
+
+    def ok(r):
+        err, *vals = r if isinstance(r, tuple) else (r,)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"green context: {err}")
+        return vals[0] if len(vals) == 1 else vals
+
+    ok(drv.cuInit(0))
+    dev = ok(drv.cuDeviceGet(0))
+    res = ok(drv.cuDeviceGetDevResource(dev, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM))
+    groups, _, _ = ok(drv.cuDevSmResourceSplitByCount(1, res, 0, int(n)))
+    desc = ok(drv.cuDevResourceGenerateDesc([groups[0]], 1))
+    gctx = ok(drv.cuGreenCtxCreate(desc, dev, drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
+    ctx = ok(drv.cuCtxFromGreenCtx(gctx))
+    ok(drv.cuCtxSetCurrent(ctx))
+    return int(groups[0].sm.smCount)
 
 
 def pct(a, q):
@@ -114,6 +137,9 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", type=int, default=300, help="timed chunks after the fill (default 300)")
     p.add_argument("--vram-ceiling-gb", type=float, default=8.0, help="start-up VRAM ceiling (default 8.0)")
     p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument("--sms", type=int, default=0,
+                   help="confine the process to a CUDA green context of this many SMs (a board's count: Orin Nano 8, "
+                        "AGX Orin 16, Thor 20; Hopper grants multiples of 8) and plan the grids for them")
     p.add_argument("--breakdown", action="store_true",
                    help="also time one decode pass and the prefill as graphs with kernel families left out "
                         "(differences = cost)")
@@ -127,6 +153,7 @@ def main(argv=None) -> int:
         return 2
     from ..cuda.backend import CudaBackend
 
+    sms = confine_to_sms(a.sms) if a.sms else 0
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
@@ -134,7 +161,7 @@ def main(argv=None) -> int:
     w = load_weights(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
-    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb)
+    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, sms=sms or None)
     rng = np.random.default_rng(0)
     kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
     be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
@@ -170,7 +197,7 @@ def main(argv=None) -> int:
     res = {
         "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
         "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
-        "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv,
+        "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
         "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
         "copy_GBps": round(bw, 1),
         "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
@@ -199,7 +226,8 @@ def main(argv=None) -> int:
         res["breakdown_prefill_ms"] = prefill_breakdown(cp, be)
         print("BREAKDOWN " + json.dumps({k: v for k, v in res.items() if k.startswith("breakdown")}))
     print("RESULTS " + json.dumps(res, default=str))
-    print(f"\n| metric | value |\n|---|---|\n| device | {name}, copy {bw:.0f} GB/s |")
+    print(f"\n| metric | value |\n|---|---|\n| device | {name}, {be.sms} SMs{' (green context)' if sms else ''}, "
+          f"copy {bw:.0f} GB/s |")
     print(f"| model | {res['weights']}, {res['action_decoding']} |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
     print(f"| chunk (device stamps) p50 / p99 | {dev_ms:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")

@@ -1,3 +1,4 @@
+// dev/: the previous (v5, 2026-11-30) prefill GEMM, kept to be timed against kernels/gemm.cu (dev/cuda/gemm_micro.py).
 // Prefill projections on 4-bit weights (W4A16), tensor cores: Y[T, N] (=|+=) X[T, K] . W[N, K]^T, T = 32 rows
 // (gemm_w4_t32) or 48 (gemm_w4_t48: 32 vision tokens + 8 parallel action queries + zero padding). X bf16; W as
 // in gemv_w4.cu (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16); fp32 accumulation.
@@ -9,11 +10,56 @@
 // integers, and the group scale is applied to the fp32 accumulators once per 64-wide chunk (a chunk never
 // straddles a 128-group): acc += s[n] * (X . (q - z)). Twin: ops.linear on QuantTensor.dequantize().
 #include "common.cuh"
+#ifndef VLA_V5_HELPERS
+#define VLA_V5_HELPERS
+// --- prefill GEMMs (gemm.cu, gemm_w4.cu): mma.sync m16n8k16 fragments over 64-wide k chunks -------------------
+// Word i (0..7) of a lane's 16 k-values held as two uint4: the bf16 pair of elements 2i, 2i+1.
+__device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int i) {
+    const uint4& v = i < 4 ? a : b;
+    const int j = i & 3;
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+// The A operand (X, bf16 [16*MT rows, K]) of one 64-wide k chunk: m-tile mt, rows r / r+8, the lane's 16 k-values.
+template <int MT>
+__device__ __forceinline__ void load_a_chunk(uint4 (&a)[MT][2][2], const bf16_t* __restrict__ X, int K, int k0,
+                                             int lane) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4* p = (const uint4*)(X + (size_t)(mt * 16 + r + h * 8) * K + k0 + q * 16);
+            a[mt][h][0] = p[0];
+            a[mt][h][1] = p[1];
+        }
+}
+
+// Y[t, n] = acc (mode 0) or += acc with atomics (mode 1, split-K), for the warp's NT n-tiles of 8 from column n0.
+template <int MT, int NT>
+__device__ __forceinline__ void store_acc(const float (&acc)[MT][NT][4], float* __restrict__ Y, int N, int n0,
+                                          int lane, int mode) {
+    const int r = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = mt * 16 + r + (e >> 1) * 8;
+                const int n = n0 + j * 8 + q * 2 + (e & 1);
+                float* dst = Y + (size_t)t * N + n;
+                if (mode == 0) *dst = acc[mt][j][e];
+                else atomicAdd(dst, acc[mt][j][e]);
+            }
+}
+
+#endif
 
 // Elements 2p, 2p+1 of a word (the two nibbles of byte p) minus the zero, as a bf16 pair: the byte is copied into
 // both halves, each half's nibble OR 0x4300 is the bf16 of 128 + n (ulp 1 in [128, 256)), and one bf16x2
 // subtraction of 128 + z leaves n - z, exact for these small integers. zz = bf16x2 bits of (128 + z, 128 + z).
-__device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, unsigned zz) {
+__device__ __forceinline__ unsigned v5_w4_bfpair(unsigned w, int p, unsigned zz) {
     const unsigned v = __byte_perm(w, 0u, 0x4040u | (unsigned)p | ((unsigned)p << 8));  // 0x00bb00bb
     const unsigned t = (v & 0x0000000Fu) | ((v >> 4) & 0x000F0000u) | 0x43004300u;
     const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
@@ -55,8 +101,8 @@ __device__ __forceinline__ void w4_mma_chunk(const W4Chunk<MT>& c, float (*t)[W4
         for (int j = 0; j < W4_NT; ++j) {
             // bf16 pair i (elements 2i, 2i+1 of the lane's 16) = nibbles 2(i&3), 2(i&3)+1 of word i>>2
             const int i0 = 2 * s, i1 = 2 * s + 1;
-            b0[j] = w4_bfpair(i0 < 4 ? c.b[j].x : c.b[j].y, i0 & 3, c.zz[j]);
-            b1[j] = w4_bfpair(i1 < 4 ? c.b[j].x : c.b[j].y, i1 & 3, c.zz[j]);
+            b0[j] = v5_w4_bfpair(i0 < 4 ? c.b[j].x : c.b[j].y, i0 & 3, c.zz[j]);
+            b1[j] = v5_w4_bfpair(i1 < 4 ? c.b[j].x : c.b[j].y, i1 & 3, c.zz[j]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -130,13 +176,13 @@ __device__ __forceinline__ void w4_gemm_body(const bf16_t* __restrict__ X, const
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-gemm_w4_t32(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf,
+v5_gemm_w4_t32(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf,
             float* __restrict__ Y, int N, int K, int mode) {
     w4_gemm_body<2>(X, Q, SZ, sbf, Y, N, K, mode);
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-gemm_w4_t48(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf,
+v5_gemm_w4_t48(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf,
             float* __restrict__ Y, int N, int K, int mode) {
     w4_gemm_body<3>(X, Q, SZ, sbf, Y, N, K, mode);
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call, parameterised (replaces the dated per-call scripts gpu_call2/gpu_call4/gpu_final.sh of
+# 2026-11-30, whose numbers are in BENCHMARKS.md). Steps run in the order given:
+#   STEPS="tests micro models t15b bench sms peers"  KINDS="bf16 awq bf16-parallel awq-parallel"  bash bench/gpu_run.sh
+#   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
+#   micro  prefill GEMMs alone, kernels/gemm.cu vs the previous ones (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro.json
+#   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
+#   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16)              -> $OUT/tests_15b.xml
+#   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
+#                                                                                          -> $OUT/cb_<kind>.json
+#   sms    chunk_bench confined to SMS (default "8 16") SMs by a green context, kinds in SMS_KINDS
+#                                                                                          -> $OUT/cb_<kind>_sm<N>.json
+#   peers  torch.compile + CUDA graphs peer (.device/peers/torch_peer.py, HEAD_ROWS=256), bf16 and WEIGHTS=int4
+#                                                                                          -> $OUT/torch_peer_*.txt
+set -o pipefail
+. "$(dirname "$0")/lib.sh"
+KINDS=${KINDS:-bf16 awq bf16-parallel awq-parallel}
+CHUNKS=${CHUNKS:-200}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+for step in ${STEPS:-tests models bench peers}; do
+  case $step in
+  tests) say "tests"; gpu_tests 8 ;;
+  micro) say "gemm micro"; timeout 240 $PY dev/cuda/gemm_micro.py --json "$OUT/gemm_micro.json" 2>&1 | tail -n 40 ;;
+  models) say "models"; make_models ;;
+  t15b)
+    say "1.5B tests"
+    VLA_EDGE_15B_DIR_BF16=$M/bf16 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_BF16_PARALLEL=$M/bf16-parallel \
+    VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
+      -m slow --junitxml="$OUT/tests_15b.xml" 2>&1 | grep -E "1.5B|passed|failed|Error|assert" | tail -n 12 ;;
+  bench)
+    for k in $KINDS; do
+      say "chunk_bench $k"
+      extra=""; [ "${BREAKDOWN:-0}" = 1 ] && extra="--breakdown"
+      timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks "$CHUNKS" $extra \
+        --json "$OUT/cb_$k.json" 2>&1 | grep -E "chunk \(|decode pass|chunk bytes|vision /|BREAKDOWN|Error|error"
+    done ;;
+  sms)
+    for n in ${SMS:-8 16}; do for k in ${SMS_KINDS:-awq-parallel bf16-parallel}; do
+      say "chunk_bench $k on $n SMs"
+      timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks 30 --sms "$n" \
+        --json "$OUT/cb_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|Error|error"
+    done; done ;;
+  peers)
+    say "torch peer bf16, HEAD_ROWS=256"
+    HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS | tee "$OUT/torch_peer_bf16.txt"
+    say "torch peer int4 (tinygemm), HEAD_ROWS=256"
+    WEIGHTS=int4 HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS \
+      | tee "$OUT/torch_peer_int4.txt" ;;
+  *) echo "unknown step $step" ;;
+  esac
+done
+say done
