@@ -53,13 +53,18 @@ __device__ __forceinline__ unsigned w4_bfpair(unsigned w, int p, unsigned zz) {
 }
 
 // The weight formats. W_UNITS / S_UNITS: 16-byte units of a stage's W tile / scale|zero tile.
+// KW: warp groups along K (4 warps each); a stage holds KW consecutive chunks, group h multiplies chunk h of it, and
+// the groups' sums are added in shared memory at the end. The 4-bit body has more ALU work per weight byte (the
+// dequantization) and one 4-warp block per SM left one warp per scheduler, stalled on every dependency.
 struct FmtBf16 {
     static constexpr int W_UNITS = GEMM_NB * 8;  // 128 rows x 128 bytes
     static constexpr int S_UNITS = 0;
+    static constexpr int KW = 1;
 };
 struct FmtW4 {
     static constexpr int W_UNITS = GEMM_NB * 2;  // 128 rows x 32 bytes of nibbles
     static constexpr int S_UNITS = GEMM_NB / 4;  // 128 words of scale|zero
+    static constexpr int KW = 2;                 // a stage = 128 k = one quantization group
 };
 
 // The W row that block-local row l stands for: consecutive rows, or in mode 2 the warp's n-tiles 0, 1 are gate rows
@@ -70,10 +75,11 @@ __device__ __forceinline__ int w_row(int l, int mode, int N) {
     return (j >= 2 ? (N >> 1) : 0) + blockIdx.x * (GEMM_NB / 2) + w * 16 + (j & 1) * 8 + r;
 }
 
+// One chunk (64 k) of X, W (and scale|zero) into st, by the 128 threads of warp group threadIdx.x / 128.
 template <class F, int MT>
-__device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
+__device__ __forceinline__ void load_chunk(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
                                            const unsigned* __restrict__ SZ, int N, int K, int mode, int c) {
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x & 127;
     const int k0 = c * 64;
 #pragma unroll
     for (int i = 0; i < (16 * MT * 8) / 128; ++i) {  // X tile, rows x 8 units, swizzled
@@ -98,6 +104,17 @@ __device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__
         unsigned* ss = (unsigned*)(ws + F::W_UNITS);
         cp_async4(ss + tid, SZ + (size_t)w_row(tid, mode, N) * (K >> 7) + (k0 >> 7));
     }
+}
+
+template <class F, int MT>
+constexpr int chunk_units() { return 16 * MT * 8 + F::W_UNITS + F::S_UNITS; }
+
+// Stage cs = chunks cs*KW .. cs*KW+KW-1; warp group h loads chunk cs*KW + h into part h of the stage.
+template <class F, int MT>
+__device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
+                                           const unsigned* __restrict__ SZ, int N, int K, int mode, int cs) {
+    const int h = threadIdx.x >> 7;
+    load_chunk<F, MT>(st + h * chunk_units<F, MT>(), X, W, SZ, N, K, mode, cs * F::KW + h);
 }
 
 template <int MT>
@@ -200,17 +217,29 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM
     }
 }
 
+// 16 * MT rows x 8 columns of accumulators a warp, as (mt, n-tile j, e): rows mt*16 + r (+8 for e >= 2),
+// columns 2q + (e & 1) of n-tile j. v2 reductions on sm_90 (half the atomic operations), scalar below.
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 template <class F, int MT>
 __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const void* __restrict__ W,
                                           const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
                                           bf16_t* __restrict__ act, int N, int K, int mode) {
     extern __shared__ uint4 smem[];
-    constexpr int STAGE = 16 * MT * 8 + F::W_UNITS + F::S_UNITS;  // 16-byte units
+    constexpr int STAGE = F::KW * chunk_units<F, MT>();  // 16-byte units
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nch = K >> 6;
-    const int per = (nch + gridDim.y - 1) / gridDim.y;
+    const int h = warp >> 2, wq = warp & 3;  // warp group along K, warp within the group
+    const int nst = (K >> 6) / F::KW;
+    const int per = (nst + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
-    const int c1 = min(nch, c0 + per);
+    const int c1 = min(nst, c0 + per);
     PDL_ENTRY();
     float acc[MT][GEMM_NT][4];
 #pragma unroll
@@ -225,15 +254,36 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
         cp_async_commit();
     }
     for (int c = c0; c < c1; ++c) {
-        cp_async_wait<GEMM_STAGES - 2>();  // chunk c has landed (this thread's copies) ...
+        cp_async_wait<GEMM_STAGES - 2>();  // stage c has landed (this thread's copies) ...
         __syncthreads();                   // ... everyone's, and the stage refilled below is no longer read
         const int cn = c + GEMM_STAGES - 1;
         if (cn < c1) load_stage<F, MT>(smem + ((cn - c0) % GEMM_STAGES) * STAGE, X, W, SZ, N, K, mode, cn);
         cp_async_commit();
-        mma_stage<MT>(smem + ((c - c0) % GEMM_STAGES) * STAGE, acc, F(), sbf, warp, lane);
+        mma_stage<MT>(smem + ((c - c0) % GEMM_STAGES) * STAGE + h * chunk_units<F, MT>(), acc, F(), sbf, wq, lane);
     }
     cp_async_wait<0>();
-    if (c0 >= c1) return;
+    if (c0 >= c1) return;  // uniform over the block
+    if (F::KW > 1) {       // warp group 1 hands its sums to group 0 through the (now idle) pipeline memory
+        __syncthreads();
+        float* red = (float*)smem;
+        const int t = threadIdx.x & 127;
+        if (h == 1) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < GEMM_NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) red[((i * GEMM_NT + j) * 4 + e) * 128 + t] = acc[i][j][e];
+        }
+        __syncthreads();
+        if (h != 0) return;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < GEMM_NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += red[((i * GEMM_NT + j) * 4 + e) * 128 + t];
+    }
     const int r = lane >> 2, q = lane & 3;
     if (mode == 2) {
         const int I = N >> 1;
@@ -242,28 +292,26 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int t = mt * 16 + r + h * 8;
-                    const int i = blockIdx.x * (GEMM_NB / 2) + warp * 16 + j * 8 + q * 2;
-                    const float g0 = acc[mt][j][2 * h], g1 = acc[mt][j][2 * h + 1];
-                    const float u0 = acc[mt][j + 2][2 * h], u1 = acc[mt][j + 2][2 * h + 1];
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int t = mt * 16 + r + hh * 8;
+                    const int i = blockIdx.x * (GEMM_NB / 2) + wq * 16 + j * 8 + q * 2;
+                    const float g0 = acc[mt][j][2 * hh], g1 = acc[mt][j][2 * hh + 1];
+                    const float u0 = acc[mt][j + 2][2 * hh], u1 = acc[mt][j + 2][2 * hh + 1];
                     *(unsigned*)(act + (size_t)t * I + i) =
                         pack_bf2(g0 / (1.f + __expf(-g0)) * u0, g1 / (1.f + __expf(-g1)) * u1);
                 }
         return;
     }
-    const int n0 = blockIdx.x * GEMM_NB + warp * 32;
+    const int n0 = blockIdx.x * GEMM_NB + wq * 32;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < GEMM_NT; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int t = mt * 16 + r + (e >> 1) * 8;
-                const int n = n0 + j * 8 + q * 2 + (e & 1);
-                float* dst = Y + (size_t)t * N + n;
-                if (mode == 0) *dst = acc[mt][j][e];
-                else atomicAdd(dst, acc[mt][j][e]);
+            for (int hh = 0; hh < 2; ++hh) {
+                float* dst = Y + (size_t)(mt * 16 + r + hh * 8) * N + n0 + j * 8 + q * 2;
+                if (mode == 0) *(float2*)dst = make_float2(acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
+                else red_add2(dst, acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
             }
 }
 
@@ -274,7 +322,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
         gemm_body<FmtBf16, MT>(X, W, nullptr, 0, Y, act, N, K, mode);                                             \
     }
 #define GEMM_W4(MT, T)                                                                                            \
-    extern "C" __global__ void __launch_bounds__(128)                                                            \
+    extern "C" __global__ void __launch_bounds__(256)                                                            \
     gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
         gemm_body<FmtW4, MT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                  \

@@ -90,7 +90,7 @@ class CudaBackend:
         self._upload_weights(weights)
         self.gemv = self._gemv_plan()
         self.gemm = Gemm(self.k, self.weight_format, self.lay.rows)
-        self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, 128, 1, self.gemm.smem)
+        self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
         self._allocate()
         self._peak = 0
         self._note_peak()

@@ -95,13 +95,15 @@ class Launcher:
 GEMM_NB = 128  # W rows a block (kernels/gemm.cu GEMM_NB)
 GEMM_STAGES = 4  # cp.async pipeline depth (kernels/gemm.cu GEMM_STAGES)
 GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
+GEMM_KW = {"bf16": 1, "w4": 2}  # warp groups of 4 along K, each on its own 64-wide chunk of a stage (FmtBf16/FmtW4::KW)
 
 
 def gemm_smem_bytes(fmt: str, rows: int) -> int:
-    """Dynamic shared memory of one prefill-GEMM block: GEMM_STAGES x (X tile + W tile (+ scale|zero tile))."""
+    """Dynamic shared memory of one prefill-GEMM block: GEMM_STAGES x KW x (X tile + W tile (+ scale|zero tile))
+    of one 64-wide chunk."""
     x_units = rows * 8  # rows x 64 bf16
     w_units = GEMM_NB * 8 if fmt == "bf16" else GEMM_NB * 2 + GEMM_NB // 4
-    return GEMM_STAGES * 16 * (x_units + w_units)
+    return GEMM_STAGES * GEMM_KW[fmt] * 16 * (x_units + w_units)
 
 
 def _set_max_dynamic_smem(fn, nbytes: int) -> None:
@@ -134,6 +136,8 @@ class Gemm:
         self.k, self.fmt, self.rows = kernels, fmt, rows
         self.name = f"gemm_{fmt}_t{rows}"
         self.smem = gemm_smem_bytes(fmt, rows)
+        self.threads = 128 * GEMM_KW[fmt]
+        self.kstage = 64 * GEMM_KW[fmt]  # k per pipeline stage
         _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default for bf16
 
     def blocks(self, N: int, mode: str) -> int:
@@ -141,11 +145,11 @@ class Gemm:
         return (N // 2 if mode == "swiglu" else N) // (GEMM_NB // 2 if mode == "swiglu" else GEMM_NB)
 
     def split(self, N: int, K: int, mode: str, slots: int) -> int:
-        """Split-K for "add": as many K slices as fill ``slots`` resident blocks in one wave (each slice whole chunks
-        of 64, none empty); 1 otherwise."""
+        """Split-K for "add": as many K slices as fill ``slots`` resident blocks in one wave (each slice whole
+        stages, none empty); 1 otherwise."""
         if mode != "add":
             return 1
-        nch = K // 64
+        nch = K // self.kstage
         ks = max(1, min(nch, slots // max(1, self.blocks(N, mode))))
         per = -(-nch // ks)
         return -(-nch // per)
@@ -166,6 +170,6 @@ class Gemm:
             args = (X, W, Y, act, np.int32(N), np.int32(K), np.int32(m))
         grid = (self.blocks(N, mode), int(ks))
         if run is None:
-            getattr(self.k, self.name)(grid, (128,), args, shared_mem=self.smem)
+            getattr(self.k, self.name)(grid, (self.threads,), args, shared_mem=self.smem)
         else:
-            run(self.name, grid, (128,), args, shared_mem=self.smem, dependent=False)
+            run(self.name, grid, (self.threads,), args, shared_mem=self.smem, dependent=False)

@@ -120,6 +120,24 @@ def confine_to_sms(n: int) -> int:
     return int(groups[0].sm.smCount)
 
 
+_SMID_PROBE = r'''
+extern "C" __global__ void smid_probe(unsigned* hit) {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (threadIdx.x == 0) hit[id & 1023] = 1u;
+    for (int i = 0; i < 20000; ++i) __nanosleep(100);  // long enough that every granted SM gets blocks
+}
+'''
+
+
+def sms_in_use(cp) -> int:
+    """How many distinct SMs a grid of 1024 blocks actually ran on (checks the green-context confinement)."""
+    hit = cp.zeros(1024, cp.uint32)
+    cp.RawKernel(_SMID_PROBE, "smid_probe")((1024,), (32,), (hit,))
+    cp.cuda.Device().synchronize()
+    return int(hit.sum())
+
+
 def pct(a, q):
     return float(np.percentile(np.asarray(a), q))
 
@@ -154,6 +172,7 @@ def main(argv=None) -> int:
     from ..cuda.backend import CudaBackend
 
     sms = confine_to_sms(a.sms) if a.sms else 0
+    sms_seen = sms_in_use(cp)
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
@@ -198,6 +217,7 @@ def main(argv=None) -> int:
         "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
         "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
         "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
+        "sms_seen_by_probe": sms_seen,
         "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
         "copy_GBps": round(bw, 1),
         "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
@@ -226,7 +246,8 @@ def main(argv=None) -> int:
         res["breakdown_prefill_ms"] = prefill_breakdown(cp, be)
         print("BREAKDOWN " + json.dumps({k: v for k, v in res.items() if k.startswith("breakdown")}))
     print("RESULTS " + json.dumps(res, default=str))
-    print(f"\n| metric | value |\n|---|---|\n| device | {name}, {be.sms} SMs{' (green context)' if sms else ''}, "
+    print(f"\n| metric | value |\n|---|---|\n| device | {name}, {be.sms} SMs{' (green context)' if sms else ''} "
+          f"({sms_seen} seen running), "
           f"copy {bw:.0f} GB/s |")
     print(f"| model | {res['weights']}, {res['action_decoding']} |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
