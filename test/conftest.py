@@ -1,4 +1,5 @@
 import os
+import random
 import sys
 
 import pytest
@@ -32,3 +33,42 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# --- fixtures of the ROS integration tests (helpers: ros_helpers.py) ------------------------------------------
+
+@pytest.fixture(scope="session")
+def micro_model():
+    """The micro preset (1 layer, hidden 256): the plumbing tests' model (ros_helpers.plumbing_period_ms)."""
+    from ros_helpers import micro_model_dir
+
+    return micro_model_dir()
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory):
+    """The small preset: too slow for a 33 ms cycle on any CPU (the deadline guard's tests)."""
+    from vla_edge_ros.tools.make_model import make_model
+
+    d = tmp_path_factory.mktemp("models") / "small"
+    make_model(str(d), preset="small", seed=0)
+    return str(d)
+
+
+@pytest.fixture
+def domain(monkeypatch):
+    """A random ROS domain of this test's own, discovery on this host only."""
+    d = random.randint(1, 100)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(d))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)
+    return d
+
+
+@pytest.fixture
+def procs():
+    """Child processes a test starts (ros_helpers.Proc); stopped when the test ends, whatever happened."""
+    started = []
+    yield started
+    for p in started:
+        p.stop()

@@ -88,20 +88,51 @@ def test_first_sample_initialises_emas():
 def test_ema_updates_by_hand():
     ac = controller(FakeClock(), ema_alpha=0.25)
     ac.update(timings(vision=2.0, prefill=6.4, decode=4.0, total=14.0))  # estimate now 14.0
-    # Second chunk: vision 4, prefill 9.6 (0.3/token), decode 8 (1.0/token), total 24 -> other 2.4.
-    ac.update(timings(vision=4.0, prefill=9.6, decode=8.0, total=24.0))
+    # Second chunk (inside the outlier bound 14 + 7): vision 3, prefill 8 (0.25/token), decode 6 (0.75/token),
+    # total 19 -> other 2.0.
+    ac.update(timings(vision=3.0, prefill=8.0, decode=6.0, total=19.0))
     snap = ac.snapshot()
-    assert snap["vision"] == pytest.approx(0.75 * 2.0 + 0.25 * 4.0)  # 2.5
-    assert snap["prefill_per_token"] == pytest.approx(0.75 * 0.2 + 0.25 * 0.3)  # 0.225
-    assert snap["decode_per_token"] == pytest.approx(0.75 * 0.5 + 0.25 * 1.0)  # 0.625
-    assert snap["other"] == pytest.approx(0.75 * 1.6 + 0.25 * 2.4)  # 1.8
+    assert snap["vision"] == pytest.approx(0.75 * 2.0 + 0.25 * 3.0)  # 2.25
+    assert snap["prefill_per_token"] == pytest.approx(0.75 * 0.2 + 0.25 * 0.25)  # 0.2125
+    assert snap["decode_per_token"] == pytest.approx(0.75 * 0.5 + 0.25 * 0.75)  # 0.5625
+    assert snap["other"] == pytest.approx(0.75 * 1.6 + 0.25 * 2.0)  # 1.7
     # Deviation against the estimate before learning (14.0); the first deviation sets the EMA.
-    assert snap["dev"] == pytest.approx(10.0)
-    assert ac.estimate_ms() == pytest.approx(2.5 + 0.225 * 32 + 0.625 * 8 + 1.8)  # 16.5
+    assert snap["dev"] == pytest.approx(5.0)
+    assert snap["clipped"] == 0.0
+    assert ac.estimate_ms() == pytest.approx(2.25 + 0.2125 * 32 + 0.5625 * 8 + 1.7)  # 15.25
 
     # Third chunk equals the current mean estimate split evenly: deviation 0 -> dev decays.
-    ac.update(timings(vision=2.5, prefill=7.2, decode=5.0, total=16.5))
-    assert ac.snapshot()["dev"] == pytest.approx(0.75 * 10.0)
+    ac.update(timings(vision=2.25, prefill=6.8, decode=4.5, total=15.25))
+    assert ac.snapshot()["dev"] == pytest.approx(0.75 * 5.0)
+
+
+def test_one_stall_moves_the_estimate_by_a_bounded_step():
+    """A chunk 10x slower than predicted (a preempted worker) is learned as 1.5x the prediction: the estimate
+    rises by alpha * 0.5 * prediction, not by alpha * 9 * prediction, and the clip is counted."""
+    clock = FakeClock(0.0)
+    ac = controller(clock, ema_alpha=0.2)
+    for _ in range(5):
+        ac.update(timings(2.0, 8.0, 10.0, 20.0))  # steady 20 ms, dev 0
+    ac.update(timings(20.0, 80.0, 100.0, 200.0))  # one stall
+    snap = ac.snapshot()
+    assert ac.estimate_ms() == pytest.approx(20.0 + 0.2 * 10.0)  # learned as 30 ms, not 200
+    assert snap["clipped"] == 1.0 and snap["dev"] == pytest.approx(0.2 * 10.0)
+    # the phases keep the measured split: vision 2 -> 3 ms learned
+    assert snap["vision"] == pytest.approx(2.0 + 0.2 * 1.0)
+    # so a 31 ms budget still admits the next cycle (unclipped, 200 ms would have made it 56 ms: refused)
+    assert ac.decide(0.0).reason == "admit"
+
+
+def test_a_cost_that_really_rose_is_still_followed():
+    """The clip bounds one sample, not the trend: a chunk that became 2.5x dearer for good is within 10 %
+    after a dozen chunks (the bound widens with the deviation EMA)."""
+    ac = controller(FakeClock(), ema_alpha=0.2)
+    for _ in range(5):
+        ac.update(timings(0.0, 0.0, 0.0, 20.0))
+    for _ in range(12):
+        ac.update(timings(0.0, 0.0, 0.0, 50.0))
+    assert ac.estimate_ms() >= 0.9 * 50.0, ac.snapshot()
+    assert ac.snapshot()["clipped"] >= 1.0
 
 
 def test_other_is_clipped_at_zero():
@@ -167,8 +198,8 @@ def test_parameter_validation(kwargs, match):
 def test_alpha_one_is_allowed_and_tracks_the_last_sample():
     ac = controller(FakeClock(), ema_alpha=1.0)
     ac.update(timings(1.0, 0.0, 0.0, 1.0))
-    ac.update(timings(3.0, 0.0, 0.0, 3.0))
-    assert ac.snapshot()["vision"] == pytest.approx(3.0)
+    ac.update(timings(1.4, 0.0, 0.0, 1.4))  # inside the outlier bound (1.5)
+    assert ac.snapshot()["vision"] == pytest.approx(1.4)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])

@@ -109,8 +109,9 @@ def test_refused_when_the_period_is_tiny(engine):
 
 
 def test_probe_after_refusals_re_measures_the_cost(engine):
-    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, probe_after=2)
-    cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))  # an outlier
+    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, probe_after=2, warm=False)
+    # a first sample that is an outlier sets the EMAs outright (later ones are clipped)
+    cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))
     reasons = []
     for i in range(3):
         fb.publish(frame(i), stamp_ns=i)
@@ -124,6 +125,45 @@ def test_probe_after_refusals_re_measures_the_cost(engine):
     assert cyc.tick().reason == "busy"  # until the probe finishes
     cyc.drain(timeout=5.0)
     assert cyc.admission.estimate_ms() < 5000.0  # the EMAs learned from the probe
+
+
+def test_probes_come_quickly_then_back_off_while_refusing(engine):
+    """While refusing, the first probe comes after PROBE_FIRST_AFTER refusals in a row, the next after twice as
+    many, up to probe_after; an admitted cycle starts the schedule over."""
+    from vla_edge_ros.cycle import PROBE_FIRST_AFTER
+
+    cyc, fb = make_cycle(engine, period_ms=100.0, margin_ms=2.0, probe_after=10, warm=False)
+    big = PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0)
+    cyc.admission.update(big)  # the first sample sets the EMAs outright: every cycle refused
+    engine.fault_hook = lambda plan: (_ for _ in ()).throw(RuntimeError("probe"))  # probes end at once
+    refusals_before_probe, run = [], 0
+    for i in range(60):
+        fb.publish(frame(i), stamp_ns=i)
+        out = cyc.tick()
+        cyc.drain(timeout=5.0)
+        if out.probe:
+            refusals_before_probe.append(run)
+            run = 0
+        elif out.reason == "refused":
+            run += 1
+    engine.fault_hook = None
+    assert PROBE_FIRST_AFTER == 3
+    assert refusals_before_probe[:4] == [3, 6, 10, 10], refusals_before_probe
+    # an admitted chunk resets the schedule: the next refusing spell probes after 3 again
+    cyc.admission = AdmissionController(period_ms=100.0, safety_margin_ms=2.0)
+    fb.publish(frame(100), stamp_ns=100)
+    assert cyc.tick().reason == "fresh"
+    cyc.admission = AdmissionController(period_ms=100.0, safety_margin_ms=2.0)
+    cyc.admission.update(big)
+    run = 0
+    for i in range(10):
+        fb.publish(frame(200 + i), stamp_ns=200 + i)
+        out = cyc.tick()
+        cyc.drain(timeout=5.0)
+        if out.probe:
+            break
+        run += 1
+    assert out.probe and run == 3
 
 
 def test_cold_without_measurements(engine):

@@ -5,7 +5,7 @@ variable, while files sit at the places a default fault path would most likely p
 TMPDIR, under the names the switch goes by). Frames arrive from a replayed bag; the node must produce
 model actions, no `engine_error` cycle, no engine error in /diagnostics, and no fault-injection warning.
 (test_reliability_ros.py shows the other half: with the variable set, the file switches faults on and off.)
-Helpers from test_ros_integration.py.
+Helpers: ros_helpers.py, fixtures: conftest.py.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from test_ros_integration import Listener, start_replay, start_vla_edge  # noqa: E402
-from test_ros_integration import domain, procs, tiny_model  # noqa: E402,F401 - fixtures
+from ros_helpers import Listener, start_replay, start_vla_edge  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -22,7 +21,7 @@ FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"
 DEFAULT_LOOKING_NAMES = ("vla_edge_test_fault", "vla_edge_fault", "VLA_EDGE_TEST_FAULT_FILE", "fault", "fail_now")
 
 
-def test_no_fault_without_the_env_var_even_with_fault_files_present(domain, tmp_path, procs, tiny_model,  # noqa: F811
+def test_no_fault_without_the_env_var_even_with_fault_files_present(domain, tmp_path, procs, micro_model,
                                                                     monkeypatch):
     from vla_edge_ros.tools.replay import make_test_bag
 
@@ -33,7 +32,7 @@ def test_no_fault_without_the_env_var_even_with_fault_files_present(domain, tmp_
         (tmpdir / name).write_text("fail\n")
         (tmp_path / name).write_text("fail\n")
     bag = make_test_bag(tmp_path / "bag", frames=30, fps=30.0, width=160, height=120)
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, remaps=[("image", "/camera/image_raw")],
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, remaps=[("image", "/camera/image_raw")],
                           extra_env={"TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)})
     lst = Listener(domain)
     try:

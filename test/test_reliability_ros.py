@@ -1,5 +1,5 @@
 """Issue 6 end-to-end: `vla_edge` keeps publishing and says why, whatever the camera, the model files or
-the parameters do. Separate OS processes over real DDS, helpers from test_ros_integration.py."""
+the parameters do. Separate OS processes over real DDS (helpers: ros_helpers.py, fixtures: conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from test_ros_integration import (  # noqa: E402,F401
-    PERIOD_MS, RATE, ROBOT_DISCOVERY, ROOT, Listener, Proc, domain, procs, reasons, ros_env, small_model,  # noqa: F401
-    start_replay, start_vla_edge, tiny_model)
+from ros_helpers import (  # noqa: E402
+    ROBOT_DISCOVERY, ROOT, Listener, Proc, plumbing_period_ms, plumbing_rate, rate_ok, reasons, ros_env, start_replay,
+    start_vla_edge)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -49,10 +49,10 @@ def _get(client, *names):
     return [parameter_value_to_python(v) for v in fut.result().values]
 
 
-def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, procs, micro_model):
     from rclpy.parameter_client import AsyncParameterClient
 
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {})
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {})
     lst = Listener(domain)
     client = AsyncParameterClient(lst.node, "/vla_edge")
     cam = AsyncParameterClient(lst.node, "/vla_camera")
@@ -79,7 +79,7 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
             assert not r.successful and r.reason, (values, r)
             assert pattern in r.reason, (values, r.reason)
         assert _get(client, "period_ms", "safety_margin_ms", "ema_alpha", "fallback", "kv_capacity_tokens") == \
-            [33.0, 2.0, 0.2, "zero", 512]
+            [plumbing_period_ms(), 2.0, 0.2, "zero", 512]
         (r,) = _set(cam, lst.node, qos_depth=50)
         assert not r.successful and "read-only" in r.reason
 
@@ -87,7 +87,7 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
         t0 = time.monotonic()
         time.sleep(2.0)
         rate_before = len(lst.actions_between(t0, time.monotonic())) / (time.monotonic() - t0)
-        assert abs(rate_before - RATE) <= 3.0
+        assert rate_ok(rate_before), rate_before
         rs = _set(client, lst.node, period_ms=50.0, ema_alpha=0.5, tail_k=1.0, fallback="hold",
                   max_frame_age_ms=150.0)
         assert all(r.successful for r in rs), rs
@@ -154,10 +154,10 @@ rclpy.shutdown()
 """
 
 
-def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
     """640x480 raw at 240 Hz for several seconds: 30 Hz actions on time, the rate and the drops reported."""
     shm = {"FASTRTPS_DEFAULT_PROFILES_FILE": str(ROOT / "config" / "fastdds_shm.xml")}
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, extra_env=shm)
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, extra_env=shm)
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: len(lst.actions) > 5, 60, "the first actions of vla_edge")
@@ -172,14 +172,14 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):  # noqa: F
         d1 = lst.last_diag()
         assert node.alive(), node.output()[-3000:]
         acts = lst.actions_between(t0, t1)
-        assert abs(len(acts) / (t1 - t0) - RATE) <= 3.0, f"{len(acts) / (t1 - t0):.1f} Hz under the flood"
+        assert rate_ok(len(acts) / (t1 - t0)), f"{len(acts) / (t1 - t0):.1f} Hz under the flood"
         cyc = lst.cycles_between(t0, t1)
         r = reasons(cyc)
         assert r["fresh"] > 0, r
         late = sum(v["late"] == "True" for _, v, _ in cyc)
         assert late / len(cyc) <= 0.05, f"{late} of {len(cyc)} cycles late under the flood: {r}"
         cms = np.array([float(v["cycle_ms"]) for _, v, _ in cyc])
-        assert float(np.percentile(cms, 99)) <= PERIOD_MS + 3.0
+        assert float(np.percentile(cms, 99)) <= plumbing_period_ms() + 3.0
         cam_rate = float(d1["camera_rate_hz"])
         assert 190.0 <= cam_rate <= 260.0, f"camera rate {cam_rate} Hz reported, flood at 240"
         dropped = int(d1["frames_dropped"]) - int(d0.get("frames_dropped", 0))
@@ -198,14 +198,14 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, tiny_model):  # noqa: F
 # the engine fails mid-chunk (test-only switch)
 # --------------------------------------------------------------------------------------------
 
-def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, procs, micro_model):
     from diagnostic_msgs.msg import DiagnosticStatus
 
     from vla_edge_ros.tools.replay import make_test_bag
 
     switch = tmp_path / "fail_now"
     bag = make_test_bag(tmp_path / "bag", frames=30, fps=30.0, width=160, height=120)
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, remaps=[("image", "/camera/image_raw")],
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, remaps=[("image", "/camera/image_raw")],
                           extra_env={"VLA_EDGE_TEST_FAULT_FILE": str(switch)})
     lst = Listener(domain)
     try:
@@ -279,11 +279,11 @@ def _break(d: Path, how: str) -> str:
 
 
 @pytest.mark.parametrize("how", ["missing", "truncated", "shape", "nan"])
-def test_broken_model_exits_3_with_one_message_naming_file_and_tensor(domain, tmp_path, tiny_model, how):  # noqa: F811
+def test_broken_model_exits_3_with_one_message_naming_file_and_tensor(domain, tmp_path, micro_model, how):
     import shutil
 
     d = tmp_path / "model"
-    shutil.copytree(tiny_model, d)
+    shutil.copytree(micro_model, d)
     word = _break(d, how)
     r = subprocess.run([sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args", "-p",
                         f"model_path:={d}", "-p", "kv_capacity_tokens:=512"], env=ros_env(domain),
@@ -325,14 +325,14 @@ def _changed(before: dict, after: dict) -> list[str]:
     return sorted(p for p in after if before.get(p) != after[p]) + sorted(p for p in before if p not in after)
 
 
-def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_model):  # noqa: F811
+def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, micro_model):
     from vla_edge_ros.tools.replay import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=20, fps=30.0, width=160, height=120)
     model_copy = tmp_path / "model"
     import shutil
 
-    shutil.copytree(tiny_model, model_copy)
+    shutil.copytree(micro_model, model_copy)
     cwd, home, xdg, cache = (tmp_path / n for n in ("cwd", "home", "xdg", "cache"))
     for p in (cwd, home, xdg, cache):
         p.mkdir()
@@ -381,29 +381,36 @@ def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, tiny_
 MAX_CI_MISS_RATE = 0.003
 
 
-def test_soak_60_seconds(domain, tmp_path):  # noqa: F811
+def test_soak_20_seconds(domain, tmp_path):
+    """The CI version of vla-edge-soak (long soaks: the tool, BENCHMARKS.md): 20 s with a 30 Hz camera at the plumbing
+    period, nothing leaks, the model acts in most cycles and no action is late after warm-up."""
     out = tmp_path / "soak"
     env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
+    period = plumbing_period_ms()
+    seconds = 20.0
     # realtime_priority: the reasoning thread at SCHED_FIFO, as BENCHMARKS.md's soaks show a busy 2-core box needs
     # (refused without the privilege, then a warning). The tool's own default verdict allows no miss at all; on CI's
     # 2 shared cores, with other tests' processes starting and stopping, one late cycle in ~1,400 was still seen
     # (37 ms, 2 of 4 full runs): this CI check allows up to 3 in 1,000 and still fails a stall or a systematic lag.
-    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", "60", "--preset", "micro",
-                        "-p", "realtime_priority:=10", "--max-miss-rate", str(MAX_CI_MISS_RATE), "--out", str(out)],
-                       env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    # a 30 Hz camera: a 60 Hz replay process alone fell to ~37 Hz on a ~3x slower host
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", str(seconds), "--warmup", "5",
+                        "--preset", "micro", "--fps", "30", "-p", "realtime_priority:=10", "-p", f"period_ms:={period}",
+                        "--max-miss-rate", str(MAX_CI_MISS_RATE), "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     s = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
     assert r.returncode == 0 and s.get("verdict") == "pass", r.stdout[-3000:] + r.stderr[-2000:]
     assert s["rss_growth_pct"] < 2.0 and s["deadline_miss_rate_after_warmup"] <= MAX_CI_MISS_RATE
-    assert s["cycles"] > 1500
-    assert s["cycles_after_warmup"] > 1000
+    cycles_expected = seconds * 1000.0 / period
+    assert s["cycles"] > 0.8 * cycles_expected, (s["cycles"], cycles_expected)
+    assert s["cycles_after_warmup"] > 0.6 * cycles_expected
     assert s["model_actions"] > 0.5 * s["cycles"], s["reasons"]
-    assert 50.0 <= s["camera_rate_hz"] <= 70.0  # the 60 Hz replay
+    assert 0.6 * 30.0 <= s["camera_rate_hz"] <= 1.2 * 30.0  # the 30 Hz replay arrives, and is reported as such
     rows = (out / "samples.csv").read_text().splitlines()
-    assert len(rows) >= 60 and rows[0].startswith("t_s,rss_mb,vram_mb")
-    assert not math.isnan(s["cycle_ms_p99"]) and s["cycle_ms_p99"] <= PERIOD_MS
+    assert len(rows) >= seconds and rows[0].startswith("t_s,rss_mb,vram_mb")
+    assert not math.isnan(s["cycle_ms_p99"]) and s["cycle_ms_p99"] <= period
 
 
-def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_path, procs, small_model):  # noqa: F811
+def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_path, procs, small_model):
     """The 'small' model at 4096 slots on this CPU costs far more than the 31 ms budget: WARN in the log and
     in /diagnostics, naming kv_capacity_tokens / period_ms / backend."""
     node = start_vla_edge(procs, domain, tmp_path, small_model, {"kv_capacity_tokens": 4096, "warmup_chunks": 2})
@@ -420,12 +427,12 @@ def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_pa
     assert node.stop() == 0, node.output()[-3000:]
 
 
-def test_unknown_keys_in_a_params_file_are_named(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_unknown_keys_in_a_params_file_are_named(domain, tmp_path, procs, micro_model):
     cfg = tmp_path / "typo.yaml"
     cfg.write_text("/**/vla_edge:\n  ros__parameters:\n    perod_ms: 50.0\n"
                    "/**/vla_camera:\n  ros__parameters:\n    qos_dept: 3\n")
     node = Proc(["-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file", str(cfg), "-p",
-                 f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=512"], ros_env(domain), tmp_path / "typo.log")
+                 f"model_path:={micro_model}", "-p", "kv_capacity_tokens:=512"], ros_env(domain), tmp_path / "typo.log")
     procs.append(node)
     t_end = time.monotonic() + 60
     while "unknown parameters" not in node.output() and time.monotonic() < t_end and node.alive():
@@ -479,7 +486,7 @@ def _publish_times(cycles, t0, t1):
 
 
 @pytest.mark.parametrize("caps", ["default", "raised"])
-def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, tiny_model, caps):  # noqa: F811
+def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, micro_model, caps):
     """8K rgb8 (99.5 MB a message) at 1 Hz over reliable QoS (issue 13.4). The camera runs in its own process,
     so receiving and converting such frames never touches the control loop: from the 8K publisher's start, every
     cycle publishes by its deadline, no tick is missed, and the longest gap between actions is
@@ -494,7 +501,7 @@ def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, tiny_model, cap
     params = {"qos_reliability": "reliable", "realtime_priority": 10}
     if caps == "raised":
         params.update(max_image_bytes=128 * 1024 * 1024, max_image_pixels=64 * 1024 * 1024)
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, params, extra_env=ROBOT_DISCOVERY)
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, params, extra_env=ROBOT_DISCOVERY)
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: len(lst.actions) > 10 and lst.diags and "missed_ticks" in lst.diags[-1][1], 60,
@@ -535,7 +542,7 @@ def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, tiny_model, cap
         else:
             assert int(d["invalid_too_large"]) == 0 and int(d["frames_valid"]) >= frames - 1
             assert any(src == "model" for *_, src in during)  # the converted 8K frames reached the model
-        assert len(during) / (t1 - t0) > 0.9 * RATE
+        assert len(during) / (t1 - t0) > 0.9 * plumbing_rate()
         # An 8K message in the control process froze it 270-490 ms (24-47 missed ticks). Run alone: 0 late, 0
         # missed, gap <= 2 periods (BENCHMARKS.md). In full CI runs on 2 cores 2 of 10 executions had a hiccup
         # (83 ms / 1 missed tick; 103 ms / 1 late, 2 missed) with the frames dropped unread in the camera process,
@@ -558,11 +565,11 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
-def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, procs, micro_model):
     """SIGKILL the camera process while frames flow: the control loop keeps its rate and deadlines (stale-frame
     fallbacks until frames return), /diagnostics reports the camera process killed (ERROR) and restarted, fresh
     model actions come back. Then SIGKILL vla_edge itself: its camera process does not outlive it."""
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"realtime_priority": 10}, extra_env=ROBOT_DISCOVERY)
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"realtime_priority": 10}, extra_env=ROBOT_DISCOVERY)
     lst = Listener(domain)
     try:
         flood = Proc(["-c", FLOOD, "60", "25"], ros_env(domain), tmp_path / "camera.log")
@@ -593,7 +600,7 @@ def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, pro
         new_pid = int(lst.last_diag()["camera_process_pid"])
         print(f"camera process killed: restarted in {t_back - t_kill:.1f} s, {stale} stale_frame fallbacks, longest "
               f"gap between actions {gap_ms:.1f} ms, {late} late, {missed} missed ticks; reported {set(reported)}")
-        assert late == 0 and missed == 0 and gap_ms <= 2 * PERIOD_MS + 3.0
+        assert late == 0 and missed == 0 and gap_ms <= 2 * plumbing_period_ms() + 3.0
         assert stale > 0  # the frames stopped and the loop said so
         assert any("killed by SIGKILL" in r for r in reported), reported
         assert all(b >= a for a, b in zip(received, received[1:])), received  # counts survive the restart
@@ -625,12 +632,12 @@ def _thread_names(pid: int) -> list[str]:
     return names
 
 
-def test_the_control_process_has_no_shared_memory_transport(domain, tmp_path, procs, tiny_model):  # noqa: F811
+def test_the_control_process_has_no_shared_memory_transport(domain, tmp_path, procs, micro_model):
     """Fast DDS's shared-memory transport makes a publish wait while another participant joins (its port is
     opened under a lock every send needs; BENCHMARKS.md, the discovery stall). With the default discovery range
     the reasoning process runs UDPv4 only (no `dds.shm.*` threads), its camera process keeps shared memory
     (large frames from a local driver), and actions still reach a listener in another process."""
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {}, extra_env=ROBOT_DISCOVERY)
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, extra_env=ROBOT_DISCOVERY)
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: len(lst.cycles) >= 10 and lst.diags and "camera_process_pid" in lst.diags[-1][1], 60,

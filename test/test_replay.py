@@ -280,7 +280,7 @@ def test_reliable_by_default_and_frame_id_passed_through(tmp_path):
 
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
-    from test_ros_integration import ros_env
+    from ros_helpers import ros_env
 
     domain = random.randint(1, 100)
     bag = R.make_test_bag(tmp_path / "b", frames=20, fps=30.0, width=32, height=16, frame_id="front_cam")
@@ -315,7 +315,7 @@ def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypat
     pytest.importorskip("rclpy")
     import random
 
-    from test_ros_integration import Listener, Proc, ros_env
+    from ros_helpers import Listener, Proc, ros_env
 
     domain = random.randint(1, 100)
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -356,7 +356,7 @@ def test_duration_and_rate_options(tmp_path, monkeypatch):
     pytest.importorskip("rclpy")
     import random
 
-    from test_ros_integration import Proc, ros_env
+    from ros_helpers import Proc, ros_env
 
     domain = random.randint(1, 100)
     bag = R.make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=32, height=16)
@@ -436,7 +436,7 @@ def test_a_reliable_replay_waits_for_its_subscribers_before_exiting(tmp_path):
     import random
     import signal
 
-    from test_ros_integration import ROBOT_DISCOVERY, Proc, ros_env
+    from ros_helpers import ROBOT_DISCOVERY, Proc, ros_env
 
     # UDP only (a robot's discovery range, static peer for unicast discovery): over Fast DDS's shared-memory
     # transport a reader stopped ~2.5 s while 57 KB frames arrived at 30 Hz got nothing more from this writer

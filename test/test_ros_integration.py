@@ -1,16 +1,9 @@
-"""End-to-end: `vla_edge` and `vla-edge-replay` as separate OS processes over real DDS.
-
-Every test gets its own random ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST. The
-processes are started as ``python -m vla_edge_ros...`` so the tests work in-tree and installed.
-A listener node in the test process subscribes to the outputs. Rates are asserted over a window
-after warm-up; start-up timeouts are generous (a 2-core CI box).
-"""
+"""End-to-end: `vla_edge` and `vla-edge-replay` as separate OS processes over real DDS (helpers: ros_helpers.py,
+fixtures: conftest.py)."""
 
 from __future__ import annotations
 
 import collections
-import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,286 +16,17 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
-from geometry_msgs.msg import TwistStamped  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image  # noqa: E402
-from std_msgs.msg import Float32MultiArray  # noqa: E402
+from ros_helpers import (  # noqa: E402
+    PERIOD_MS, ROOT, Listener, bag_stamps, check_common, kv, plumbing_period_ms, rate_of, rate_ok, reasons,
+    ros_env, start_replay, start_vla_edge)
 
-ROOT = Path(__file__).resolve().parents[1]
 UDACITY = Path("/work/shared/data/bags/udacity_solidWhiteRight_jpeg")
-PERIOD_MS = 33.0
-RATE = 1000.0 / PERIOD_MS
-
-CYCLE_KEYS = {"source", "reason", "frame_seq", "frame_age_ms", "cycle_ms", "vision_ms", "prefill_ms", "decode_ms",
-              "chunk_ms", "tokens", "stamp_ns", "jitter_ms"}
-DIAG_KEYS = {"deadline_miss_rate", "overruns", "fallback_rate", "cycle_ms_p50", "cycle_ms_p95", "cycle_ms_p99",
-             "chunk_ms_p50", "chunk_ms_p95", "chunk_ms_p99", "ema_vision", "ema_prefill_per_token",
-             "ema_decode_per_token", "cache_fill", "policy", "vram_peak_mb", "camera_rate_hz", "frame_age_ms",
-             "frames_dropped", "frames_invalid"} | {
-    f"fallback_rate_{r}" for r in ("no_frame", "stale_frame", "refused", "busy", "overrun")}
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-
-
-# --------------------------------------------------------------------------------------------
-# helpers (also used by test_replay.py)
-# --------------------------------------------------------------------------------------------
-
-# A robot's discovery range (not the LOCALHOST of scripts/env.sh, where rmw_fastrtps gives every process shared
-# memory): the reasoning process then runs UDPv4 only, and a participant joining cannot stall its publishes
-# (bringup.udp_only_transport). The static peer finds the other (LOCALHOST) processes without multicast.
-ROBOT_DISCOVERY = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1"}
-
-
-def ros_env(domain: int, extra: dict | None = None) -> dict:
-    env = dict(os.environ)
-    env.update(
-        ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1",
-        # one BLAS thread: the numpy backend must leave a core to DDS and the camera on a 2-core box
-        OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-    )
-    env.pop("ROS_LOCALHOST_ONLY", None)
-    if extra:
-        env.update(extra)
-    return env
-
-
-class Proc:
-    """A child process with its output in a log file, stopped with SIGINT (then SIGKILL)."""
-
-    def __init__(self, args: list[str], env: dict, log: Path):
-        self.log_path = log
-        self._log = open(log, "wb")
-        self.p = subprocess.Popen([sys.executable, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                  cwd=str(ROOT), start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.p.poll() is None
-
-    def signal(self, sig) -> None:
-        if self.alive():
-            self.p.send_signal(sig)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.alive():
-            self.p.send_signal(signal.SIGCONT)
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(5)
-        self._log.close()
-        return self.p.returncode
-
-    def output(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-
-def kv(status) -> dict:
-    return {v.key: v.value for v in status.values}
-
-
-class Listener:
-    """Subscribes the outputs of vla_edge (and optionally the camera topic) in this process."""
-
-    def __init__(self, domain: int, ns: str = "/vla_edge"):
-        self.ctx = rclpy.Context()
-        rclpy.init(context=self.ctx, domain_id=domain)
-        self.node = rclpy.create_node("test_listener", context=self.ctx)
-        self.lock = threading.Lock()
-        self.actions: list[tuple[float, int, TwistStamped]] = []
-        self.vectors: list[Float32MultiArray] = []
-        self.cycles: list[tuple[float, dict, int]] = []
-        self.diags: list[tuple[float, dict]] = []
-        self.debug: list[Image] = []
-        self.images: list[tuple[float, int]] = []
-        rel = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        n = self.node
-        n.create_subscription(TwistStamped, f"{ns}/action", self._on_action, rel)
-        n.create_subscription(Float32MultiArray, f"{ns}/action_vector", self._on_vector, rel)
-        n.create_subscription(DiagnosticStatus, f"{ns}/cycle", self._on_cycle, rel)
-        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
-        self.ex = SingleThreadedExecutor(context=self.ctx)
-        self.ex.add_node(n)
-        self._stop = False
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self):
-        while not self._stop and self.ctx.ok():
-            try:
-                self.ex.spin_once(timeout_sec=0.05)
-            except Exception:  # noqa: BLE001 - shutdown races
-                break
-
-    def _on_action(self, m):
-        with self.lock:
-            self.actions.append((time.monotonic(), m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec, m))
-
-    def _on_vector(self, m):
-        with self.lock:
-            self.vectors.append(m)
-
-    def _on_cycle(self, m):
-        with self.lock:
-            self.cycles.append((time.monotonic(), kv(m), m.level[0] if isinstance(m.level, bytes) else m.level))
-
-    def _on_diag(self, m):
-        vals = {}
-        for st in m.status:
-            vals.update(kv(st))
-        with self.lock:
-            self.diags.append((time.monotonic(), vals))
-
-    def subscribe_images(self, topic: str, compressed: bool, reliable: bool):
-        qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE) if reliable else qos_profile_sensor_data
-
-        def cb(m):
-            with self.lock:
-                self.images.append((time.monotonic(), m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec))
-
-        return self.node.create_subscription(CompressedImage if compressed else Image, topic, cb, qos)
-
-    def subscribe_debug(self, ns: str = "/vla_edge"):
-        return self.node.create_subscription(Image, f"{ns}/debug_image", lambda m: self.debug.append(m),
-                                             qos_profile_sensor_data)
-
-    def wait_for(self, pred, timeout: float, what: str):
-        t_end = time.monotonic() + timeout
-        while time.monotonic() < t_end:
-            with self.lock:
-                if pred():
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-    def actions_between(self, t0, t1):
-        with self.lock:
-            return [a for a in self.actions if t0 <= a[0] < t1]
-
-    def cycles_between(self, t0, t1):
-        with self.lock:
-            return [c for c in self.cycles if t0 <= c[0] < t1]
-
-    def last_diag(self) -> dict:
-        with self.lock:
-            return dict(self.diags[-1][1]) if self.diags else {}
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        self.ex.shutdown()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.ctx)
-
-
-def rate_of(items, t0, t1) -> float:
-    return len([x for x in items if t0 <= x[0] < t1]) / (t1 - t0)
-
-
-def bag_stamps(path: Path) -> set[int]:
-    from rosbags.highlevel import AnyReader
-    from rosbags.typesys import Stores, get_typestore
-
-    out = set()
-    with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as r:
-        for c, _, raw in r.messages():
-            try:
-                m = r.deserialize(raw, c.msgtype)
-            except Exception:  # noqa: BLE001
-                continue
-            out.add(m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """A 1-layer hidden-256 model: ~5 ms a chunk with NumPy, so model actions fit the 33 ms deadline
-    even on a busy 2-core CI box (the 'tiny' preset takes ~20-30 ms there: too close to call)."""
-    from vla_edge_ros.tools.make_model import make_model
-
-    d = tmp_path_factory.mktemp("models") / "micro"
-    make_model(str(d), preset="micro", seed=0)
-    return str(d)
-
-
-@pytest.fixture(scope="session")
-def small_model(tmp_path_factory):
-    from vla_edge_ros.tools.make_model import make_model
-
-    d = tmp_path_factory.mktemp("models") / "small"
-    make_model(str(d), preset="small", seed=0)
-    return str(d)
-
-
-@pytest.fixture
-def domain(monkeypatch):
-    d = random.randint(1, 100)  # 101-232 are fine too, but keep clear of the common low ids... any is ok
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(d))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)
-    return d
-
-
-@pytest.fixture
-def procs():
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.stop()
-
-
-def start_vla_edge(procs, domain, tmp_path, model, params: dict, remaps=(), name="vla_edge", extra_env=None):
-    args = ["-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file", str(ROOT / "config" / "vla_edge.yaml"),
-            "-p", f"model_path:={model}", "-p", "kv_capacity_tokens:=512"]
-    for k, v in params.items():
-        args += ["-p", f"{k}:={v}"]
-    for a, b in remaps:
-        args += ["-r", f"{a}:={b}"]
-    p = Proc(args, ros_env(domain, extra_env), tmp_path / f"{name}.log")
-    procs.append(p)
-    return p
-
-
-def start_replay(procs, domain, tmp_path, source, *extra, name="replay"):
-    p = Proc(["-m", "vla_edge_ros.tools.replay", str(source), *extra], ros_env(domain), tmp_path / f"{name}.log")
-    procs.append(p)
-    return p
-
-
-def check_common(lst: Listener, node: Proc, t0: float, t1: float, stamps: set[int]):
-    """Rate 30 +- 3 Hz, stamps from the source frames, keys of ~/cycle and /diagnostics."""
-    assert node.alive(), node.output()[-3000:]
-    acts = lst.actions_between(t0, t1)
-    rate = len(acts) / (t1 - t0)
-    assert abs(rate - RATE) <= 3.0, f"~/action at {rate:.1f} Hz, want {RATE:.1f} +- 3"
-    foreign = [s for _, s, _ in acts if s not in stamps]
-    assert not foreign, f"{len(foreign)}/{len(acts)} actions not stamped with a source frame's stamp: {foreign[:3]}"
-    cyc = lst.cycles_between(t0, t1)
-    assert cyc, "no ~/cycle"
-    missing = CYCLE_KEYS - set(cyc[-1][1])
-    assert not missing, f"~/cycle lacks {missing}"
-    for _, v, _ in cyc:
-        assert int(v["stamp_ns"]) in stamps
-    d = lst.last_diag()
-    missing = DIAG_KEYS - set(d)
-    assert not missing, f"/diagnostics lacks {missing}"
-    with lst.lock:
-        vec = lst.vectors[-1]
-    labels = [dim.label for dim in vec.layout.dim][:6]
-    assert labels == ["linear_x", "linear_y", "linear_z", "angular_x", "angular_y", "angular_z"]
-    assert len(vec.data) == 8
-    return acts, cyc
-
-
-def reasons(cycles) -> collections.Counter:
-    return collections.Counter(v["reason"] for _, v, _ in cycles)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,9 +34,9 @@ def reasons(cycles) -> collections.Counter:
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(not UDACITY.is_dir(), reason=f"{UDACITY} not present")
-def test_udacity_compressed_bag(domain, tmp_path, procs, tiny_model):
+def test_udacity_compressed_bag(domain, tmp_path, procs, micro_model):
     stamps = bag_stamps(UDACITY)
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model,
+    node = start_vla_edge(procs, domain, tmp_path, micro_model,
                           {"transport": "compressed", "qos_reliability": "reliable"},
                           remaps=[("image/compressed", "/camera/image_raw/compressed")],
                           extra_env={"FASTRTPS_DEFAULT_PROFILES_FILE": str(ROOT / "config" / "fastdds_shm.xml")})
@@ -337,13 +61,13 @@ def test_udacity_compressed_bag(domain, tmp_path, procs, tiny_model):
     assert node.stop() == 0, node.output()[-3000:]
 
 
-def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, tiny_model):
+def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, micro_model):
     from vla_edge_ros.tools.replay import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=60, fps=30.0, storage="sqlite3")
     stamps = bag_stamps(bag)
     max_age = 100.0
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"max_frame_age_ms": max_age},
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"max_frame_age_ms": max_age},
                           remaps=[("image", "/camera/image_raw")])
     lst = Listener(domain)
     try:
@@ -353,7 +77,7 @@ def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, tiny_model):
         t = time.monotonic()
         pre = lst.cycles_between(t - 1.0, t)
         assert reasons(pre).keys() == {"no_frame"} and all(lv == 1 for *_, lv in pre), reasons(pre)
-        assert abs(rate_of(lst.actions, t - 1.0, t) - RATE) <= 3.0
+        assert rate_ok(rate_of(lst.actions, t - 1.0, t))
 
         replay = start_replay(procs, domain, tmp_path, bag, "--loop")
         lst.wait_for(lambda: any(v["reason"] == "fresh" for _, v, _ in lst.cycles), 30, "a fresh model action")
@@ -379,13 +103,13 @@ def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, tiny_model):
         # until the last frame is max_frame_age old the loop may still run on it; from then on every
         # cycle is stale_frame, the first one within 2 cycles of crossing the age limit
         age_first_stale = float(stopped[first_stale][1]["frame_age_ms"])
-        assert max_age < age_first_stale <= max_age + 2 * PERIOD_MS, age_first_stale
+        assert max_age < age_first_stale <= max_age + 2 * plumbing_period_ms(), age_first_stale
         after = stopped[first_stale:]
         assert all(v["reason"] == "stale_frame" and v["source"] == "fallback" for _, v, _ in after), reasons(after)
         for _, v, _ in stopped:
             if float(v["frame_age_ms"]) > max_age:
                 assert v["reason"] == "stale_frame", v
-        assert abs(rate_of(lst.actions, t_stop + 0.5, t2) - RATE) <= 3.0, "fallbacks must keep the cycle rate"
+        assert rate_ok(rate_of(lst.actions, t_stop + 0.5, t2)), "fallbacks must keep the cycle rate"
         d = lst.last_diag()
         assert int(d["fallback_stale_frame"]) > 0 and float(d["fallback_rate_stale_frame"]) > 0
 
@@ -443,7 +167,9 @@ def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
     stamps = bag_stamps(bag)
     # warmup_chunks 0: the admission EMAs start empty, so the first chunk is admitted and overruns;
     # after that the measured cost makes admission refuse.
-    node = start_vla_edge(procs, domain, tmp_path, small_model, {"warmup_chunks": 0, "reprobe_after_s": 1.0},
+    # the timing promise itself: at the design's period, whatever the host
+    node = start_vla_edge(procs, domain, tmp_path, small_model,
+                          {"period_ms": PERIOD_MS, "warmup_chunks": 0, "reprobe_after_s": 1.0},
                           remaps=[("image", "/camera/image_raw")])
     lst = Listener(domain)
     try:
@@ -454,7 +180,7 @@ def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
         t0 = time.monotonic()
         time.sleep(5.0)
         t1 = time.monotonic()
-        acts, cyc = check_common(lst, node, t0, t1, stamps)
+        acts, cyc = check_common(lst, node, t0, t1, stamps, period_ms=PERIOD_MS)
         r = reasons(cyc)
         assert all(v["source"] == "fallback" for _, v, _ in cyc), f"the slow model never makes the deadline: {r}"
         # "repeat" here is a fallback: no new frame since the last (background probe) chunk; "stale_frame" when the
@@ -495,11 +221,11 @@ def _bad_raw_images():
 
 
 @pytest.mark.parametrize("transport", ["raw", "compressed"])
-def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, tiny_model, transport):
+def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, micro_model, transport):
     from vla_edge_ros.nodes.image_convert import encode_jpeg
     from vla_edge_ros.tools.replay import synthetic_frame
 
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {"transport": transport})
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"transport": transport})
     lst = Listener(domain)
     n = lst.node
     if transport == "raw":
@@ -542,7 +268,7 @@ def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, tiny
         assert int(d["frames_valid"]) > 0
         # actions kept flowing, stamped with good frames only (or "now" before the first good one)
         acts = lst.actions_between(t_end - 3.0, t_end)
-        assert abs(len(acts) / 3.0 - RATE) <= 3.0
+        assert rate_ok(len(acts) / 3.0)
         assert all(s in good_stamps for _, s, _ in acts)
         assert "dropped a frame" in node.output()
     finally:
@@ -550,20 +276,20 @@ def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, tiny
     assert node.stop() == 0, node.output()[-3000:]
 
 
-def test_impossible_parameters_exit_with_one_message(domain, tmp_path, tiny_model):
+def test_impossible_parameters_exit_with_one_message(domain, tmp_path, micro_model):
     env = ros_env(domain)
     base = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file",
             str(ROOT / "config" / "vla_edge.yaml")]
     cases = [
         ([], "model_path is empty"),
         (["-p", f"model_path:={tmp_path / 'nope'}"], "no such directory"),
-        (["-p", f"model_path:={tiny_model}", "-p", "period_ms:=2.0"], "must be greater than safety_margin_ms"),
-        (["-p", f"model_path:={tiny_model}", "-p", "policy:=lru"], "policy='lru' is not one of"),
-        (["-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=50"], "kv_capacity_tokens=50 is too small"),
-        (["-p", f"model_path:={tiny_model}", "-p", "ema_alpha:=3.0"], "ema_alpha"),
-        (["-p", f"model_path:={tiny_model}", "-p", "twist_scale:=[.nan,1.0,1.0,1.0,1.0,1.0]"],
+        (["-p", f"model_path:={micro_model}", "-p", "period_ms:=2.0"], "must be greater than safety_margin_ms"),
+        (["-p", f"model_path:={micro_model}", "-p", "policy:=lru"], "policy='lru' is not one of"),
+        (["-p", f"model_path:={micro_model}", "-p", "kv_capacity_tokens:=50"], "kv_capacity_tokens=50 is too small"),
+        (["-p", f"model_path:={micro_model}", "-p", "ema_alpha:=3.0"], "ema_alpha"),
+        (["-p", f"model_path:={micro_model}", "-p", "twist_scale:=[.nan,1.0,1.0,1.0,1.0,1.0]"],
          "twist_scale entries must be finite"),
-        (["-p", f"model_path:={tiny_model}", "-p", "twist_scale:=[1.0,1.0,1.0,1.0,1.0,1e300]"],
+        (["-p", f"model_path:={micro_model}", "-p", "twist_scale:=[1.0,1.0,1.0,1.0,1.0,1e300]"],
          "twist_scale entries must be finite"),
     ]
     bad_yaml = tmp_path / "bad.yaml"
@@ -660,7 +386,7 @@ class FakeEngine:
         self._pool.shutdown()
 
 
-def test_engine_error_becomes_an_error_fallback(domain, tiny_model):
+def test_engine_error_becomes_an_error_fallback(domain, micro_model):
     """In-process: an engine that raises gives engine_error fallbacks (ERROR), never a dead timer."""
     from vla_edge_ros.frame_buffer import FrameBuffer
     from vla_edge_ros.nodes.reasoning_node import ReasoningNode
@@ -673,7 +399,7 @@ def test_engine_error_becomes_an_error_fallback(domain, tiny_model):
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain,
-               args=["--ros-args", "-p", f"model_path:={tiny_model}", "-p", "kv_capacity_tokens:=512"])
+               args=["--ros-args", "-p", f"model_path:={micro_model}", "-p", "kv_capacity_tokens:=512"])
     fb = FrameBuffer()
     node = ReasoningNode(fb, engine_factory=factory, context=ctx)
     assert node.autostart(), node.startup_error  # configure + activate, as the bringup does
@@ -731,12 +457,16 @@ def test_engine_error_becomes_an_error_fallback(domain, tiny_model):
 
 def test_demo_runs_on_cpu(domain, tmp_path):
     env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
-    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--seconds", "3", "--preset", "micro"],
-                       env=env, capture_output=True, text=True, timeout=180, cwd=str(ROOT))
+    # the demo picks its model by timing the presets here; the period is the plumbing tests' (33 ms unless the
+    # micro chunk takes more than half of it on this host)
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--seconds", "3",
+                        "--period-ms", str(plumbing_period_ms())],
+                       env=env, capture_output=True, text=True, timeout=240, cwd=str(ROOT))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = r.stdout
     for needle in ("vla-edge-demo summary", "cycles", "model actions", "fallbacks", "action rate", "cycle latency"):
         assert needle in out, out
+    assert "[demo] model " in out and "measured here" in out, out  # the one line saying what it chose and why
     rate = float(out.split("action rate")[1].split("Hz")[0])
-    assert abs(rate - RATE) <= 3.0, out
+    assert rate_ok(rate), out
     assert int(out.split("model actions")[1].split()[0]) > 0, out

@@ -1,6 +1,6 @@
 """A real stall (issue 13.2): the bringup process is stopped for ~1 s (SIGSTOP, then SIGCONT). /diagnostics
 must report the ticks that never ran as missed deadlines and the gap between actions, as a listener in another
-process sees it. Helpers from test_ros_integration.py."""
+process sees it. Helpers: ros_helpers.py, fixtures: conftest.py."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from test_ros_integration import Listener, domain, procs, start_vla_edge, tiny_model  # noqa: E402,F401
+from ros_helpers import Listener, start_vla_edge  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
-def test_a_stopped_process_reports_missed_cycles_and_the_gap(domain, tmp_path, procs, tiny_model):  # noqa: F811
-    node = start_vla_edge(procs, domain, tmp_path, tiny_model, {})
+def test_a_stopped_process_reports_missed_cycles_and_the_gap(domain, tmp_path, procs, micro_model):
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {})
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: len(lst.actions) > 30 and len(lst.diags) > 1, 60, "actions and diagnostics")

@@ -14,6 +14,12 @@ moving averages. Prefill and decode are tracked per token, so the estimate follo
 counts. ``other`` is whatever the phases do not explain (upload, launch, read-back). The tail
 allowance ``tail_k * ema_abs_dev`` - the EMA of |measured total - estimate| - makes a high
 percentile, not the mean, fit the budget; with ``tail_k=0`` the controller admits on the mean.
+
+A chunk far slower than predicted (a worker preempted on a busy CPU, a page fault) is learned as at most
+``prediction + max(OUTLIER_REL * prediction, OUTLIER_DEVS * ema_abs_dev)``: one stall then raises the
+estimate by a bounded step instead of keeping the model refused until many probes have pulled it back,
+while a cost that really rose is still followed, by a bounded step per chunk (measured on a ~3x slower
+host: BENCHMARKS.md, "Admission on a slow host"). Clipped samples are counted (``clipped``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from .constants import ACTION_TOKENS, VISION_TOKENS
 from .contract import PhaseTimings  # noqa: F401 - re-exported: part of this module's API
 
 REASONS = ("admit", "refused", "busy", "cold")
+OUTLIER_REL = 0.5  # a sample counts as at most 1.5x the prediction...
+OUTLIER_DEVS = 3.0  # ...or the prediction + 3 x EMA(|deviation|), whichever is larger
 
 
 @dataclass
@@ -93,6 +101,7 @@ class AdmissionController:
         self._other = 0.0
         self._abs_dev = 0.0
         self._samples = 0
+        self._clipped = 0
         self._decisions = {reason: 0 for reason in REASONS}
 
     # --- estimates -------------------------------------------------------------------------------
@@ -159,14 +168,23 @@ class AdmissionController:
         return Decision(admit=reason == "admit", reason=reason, remaining_ms=remaining, estimate_ms=estimate)
 
     def update(self, t: PhaseTimings) -> None:
-        """Fold one measured chunk into the EMAs. The first sample sets them outright."""
+        """Fold one measured chunk into the EMAs. The first sample sets them outright; later ones are
+        clipped at the outlier bound (see the module docstring) before they are learned."""
         _check_timings(t)
-        prefill_per_token = t.prefill_ms / t.prefill_tokens if t.prefill_tokens else 0.0
-        decode_per_token = t.decode_ms / t.decode_tokens if t.decode_tokens else 0.0
-        other = max(0.0, t.total_ms - t.vision_ms - t.prefill_ms - t.decode_ms)
         with self._lock:
+            scale = 1.0
+            if self._samples > 0:
+                predicted = self._mean_estimate(t.prefill_tokens, t.decode_tokens)
+                bound = predicted + max(OUTLIER_REL * predicted, OUTLIER_DEVS * self._abs_dev)
+                if t.total_ms > bound > 0.0:
+                    scale = bound / t.total_ms  # every phase shrinks alike: the split stays the measured one
+                    self._clipped += 1
+            vision, prefill, decode, total = (scale * x for x in (t.vision_ms, t.prefill_ms, t.decode_ms, t.total_ms))
+            prefill_per_token = prefill / t.prefill_tokens if t.prefill_tokens else 0.0
+            decode_per_token = decode / t.decode_tokens if t.decode_tokens else 0.0
+            other = max(0.0, total - vision - prefill - decode)
             if self._samples == 0:
-                self._vision = t.vision_ms
+                self._vision = vision
                 self._prefill_per_token = prefill_per_token
                 self._decode_per_token = decode_per_token
                 self._other = other
@@ -174,9 +192,9 @@ class AdmissionController:
                 self._abs_dev = 0.0
             else:
                 # Deviation of this chunk from what the EMAs predicted for it, before they learn from it.
-                deviation = abs(t.total_ms - self._mean_estimate(t.prefill_tokens, t.decode_tokens))
+                deviation = abs(total - self._mean_estimate(t.prefill_tokens, t.decode_tokens))
                 a = self.ema_alpha
-                self._vision += a * (t.vision_ms - self._vision)
+                self._vision += a * (vision - self._vision)
                 self._prefill_per_token += a * (prefill_per_token - self._prefill_per_token)
                 self._decode_per_token += a * (decode_per_token - self._decode_per_token)
                 self._other += a * (other - self._other)
@@ -199,6 +217,7 @@ class AdmissionController:
                 "dev": float(self._abs_dev),
                 "estimate": float(self._estimate()),
                 "samples": float(self._samples),
+                "clipped": float(self._clipped),
             }
 
     def decisions(self) -> dict[str, int]:

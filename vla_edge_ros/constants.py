@@ -1,4 +1,5 @@
-"""Shapes fixed by the design (DESIGN.md §1): one frame is 32 vision tokens, one chunk decodes 8 actions."""
+"""Shapes fixed by the design (DESIGN.md §1): one frame is 32 vision tokens, one chunk decodes 8 actions; and
+the design's default numbers, one home for each."""
 
 FRAME_H, FRAME_W, FRAME_C = 64, 128, 3
 PATCH = 16
@@ -7,3 +8,13 @@ VISION_TOKENS = GRID_H * GRID_W  # 32
 PATCH_DIM = PATCH * PATCH * FRAME_C  # 768, flattened (row, col, channel) inside a patch
 ACTION_TOKENS = 8  # decode passes per chunk, one transient KV slot each
 ACTION_VOCAB = 256  # the last 256 ids of the vocabulary (OpenVLA convention)
+
+# The design's defaults (DESIGN.md §1): the node's parameters, the tools' options and the core's keyword
+# defaults all read them from here.
+PERIOD_MS = 33.0  # control cycle = deadline
+SAFETY_MARGIN_MS = 2.0  # kept free at the end of every cycle
+EMA_ALPHA = 0.2  # weight of a new sample in the admission EMAs
+MAX_FRAME_AGE_MS = 200.0  # older frames -> fallback stale_frame
+KV_CAPACITY_TOKENS = 4096  # KV slots per layer (GPU)
+CPU_KV_CAPACITY_TOKENS = 512  # the NumPy backend's reference attention reads every slot: a smaller cache on a CPU
+VRAM_CEILING_GB = 8.0  # modeled edge budget

@@ -12,10 +12,12 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
    again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
 3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
-   optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): after
-   that many refusals in a row one chunk runs in the background (its action unused, nothing waits for it),
-   because the EMAs only learn from chunks that run and a single slow outlier would otherwise keep the
-   estimate above the budget, and the model off, for good;
+   optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): while
+   refusing, one chunk runs in the background (its action unused, nothing waits for it), because the EMAs
+   only learn from chunks that run and a slow spell would otherwise keep the estimate above the budget, and
+   the model off, for good. The first probe comes after PROBE_FIRST_AFTER refusals in a row, each further
+   one after twice as many, up to `probe_after`: a passing stall is re-measured within ~0.1 s, a model that
+   really does not fit costs one background chunk per `probe_after` cycles;
 4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
    (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the engine
    raised -> fallback `engine_error`;
@@ -151,8 +153,15 @@ class CycleOutcome:
     missed_before: int = 0  # grid slots between the previous tick and this one that never ran
 
 
+REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)
+PROBE_FIRST_AFTER = 3  # refusals in a row before the first probe of a refusing spell (then 6, 12, ...)
 WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack...
 WAKE_LAG_MEMORY_S = 60.0  # ...for at most this long, so one bad spell does not shrink the budget for good
+
+
+def probe_after_cycles(reprobe_after_s: float, period_ms: float) -> int:
+    """`ReasoningCycle.probe_after` for a probe at most every `reprobe_after_s` seconds (0: never)."""
+    return max(1, int(round(reprobe_after_s * 1000.0 / period_ms))) if reprobe_after_s > 0 else 0
 
 
 class ReasoningCycle:
@@ -184,6 +193,7 @@ class ReasoningCycle:
         self._last_slot: int | None = None  # grid slot of the latest tick
         self._last_publish: float | None = None  # when the previous action was published (gap statistics)
         self._refusals_in_row = 0
+        self._probe_gap = self._first_probe_gap()  # refusals in a row before the next probe
         self.cycles = 0
         self.late_results = 0  # late chunks harvested (action discarded, timings learned)
         self.engine_errors = 0  # chunks that raised, on time or late
@@ -214,6 +224,7 @@ class ReasoningCycle:
             self.max_frame_age_ms = float(max_frame_age_ms)
         if probe_after is not None:
             self.probe_after = int(probe_after)
+            self._probe_gap = self._first_probe_gap()
         if period_ms is not None:
             self.reset_schedule()  # the tick grid restarts with the new period (a new timer)
 
@@ -285,12 +296,13 @@ class ReasoningCycle:
         d = self.admission.decide(start, busy=self._pending is not None or bool(self.engine.busy),
                                   reserve_ms=slack_s * 1000.0)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
-        if d.reason == "refused" and 0 < self.probe_after <= self._refusals_in_row:
+        if d.reason == "refused" and self.probe_after > 0 and self._refusals_in_row >= self._probe_gap:
             return self._probe(out, frame)
         if not d.admit:
             self._refusals_in_row += d.reason == "refused"
             return self._fallback(out, d.reason)
         self._refusals_in_row = 0
+        self._probe_gap = self._first_probe_gap()
 
         image = np.array(frame.image, copy=True)  # the FrameBuffer view is reused after the next latest()
         self._last_seq = frame.seq
@@ -399,6 +411,7 @@ class ReasoningCycle:
         runs on the engine worker like a late chunk (later ticks say `busy`, the harvest learns its
         timings) and its action is never used. Nothing waits for it, so it cannot make a publish late."""
         self._refusals_in_row = 0
+        self._probe_gap = min(2 * self._probe_gap, self.probe_after)
         self.probes += 1
         out.probe = True
         try:
@@ -408,6 +421,9 @@ class ReasoningCycle:
             self.engine_errors += 1
             out.error = f"{type(e).__name__}: {e}"
         return self._fallback(out, "refused")
+
+    def _first_probe_gap(self) -> int:
+        return min(PROBE_FIRST_AFTER, self.probe_after) if self.probe_after > 0 else 0
 
     def _learn(self, timings: PhaseTimings) -> None:
         try:

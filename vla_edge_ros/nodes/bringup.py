@@ -27,6 +27,8 @@ import signal
 import sys
 import threading
 
+from ..realtime import set_realtime_priority, tighten_gil_switch
+
 EXIT_BAD_PARAMS = 2
 EXIT_STARTUP = 3
 
@@ -95,9 +97,7 @@ def main(argv=None) -> int:
         limit_blas_threads()
     asynchronous_publishing()
     camera_env, transport_note = udp_only_transport()
-    # A thread waiting for the GIL gets it after at most this long: the reasoning timer must not
-    # sit 5 ms (the default) behind the engine worker or the camera callback.
-    sys.setswitchinterval(0.0005)
+    tighten_gil_switch()
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
@@ -235,14 +235,9 @@ def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0
             print(f"vla_edge: {name} start-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             stop.set()
             return
-    if realtime_priority > 0:
-        # On a busy CPU the thread that waits for a chunk wakes milliseconds late; real-time priority lets
-        # it preempt the engine worker, the camera and other processes the moment its wait ends.
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(realtime_priority))  # 0: this thread
-        except (PermissionError, OSError) as e:
-            print(f"vla_edge: realtime_priority {realtime_priority} refused ({e}); normal scheduling",
-                  file=sys.stderr, flush=True)
+    refused = set_realtime_priority(realtime_priority)
+    if refused:
+        print(f"vla_edge: {refused}", file=sys.stderr, flush=True)
     try:
         executor.spin()
     except ExternalShutdownException:

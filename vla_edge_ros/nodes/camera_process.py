@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from ..frame_buffer import FrameBuffer
+from ..realtime import tighten_gil_switch
 from ..shared_block import create_block, open_block, remove_block
 from .image_convert import DROP_KINDS
 
@@ -235,7 +236,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     if os.getppid() != parent_pid:
         return
-    sys.setswitchinterval(0.0005)
+    tighten_gil_switch()
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..actions import DEFAULT_DIM_NAMES
 from ..constants import ACTION_TOKENS, VISION_TOKENS
+from ..cycle import REPROBE_AFTER_S
 
 
 class ParamError(ValueError):
@@ -55,8 +56,9 @@ REASONING_SPECS: tuple[Spec, ...] = (
          0.0, 1000.0, tunable=True),
     Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
     Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0, tunable=True),
-    Spec("reprobe_after_s", 2.0, "After this long with every chunk refused, run one chunk in the background (its "
-         "action unused, the refusal still published on time) so the cost EMAs can recover; 0 disables.",
+    Spec("reprobe_after_s", REPROBE_AFTER_S, "While every chunk is refused, run one chunk in the background (its "
+         "action unused, the refusal still published on time) so the cost EMAs can recover: the first after 3 "
+         "refusals, each next after twice as many, at most this long apart; 0 disables.",
          0.0, 3600.0, tunable=True),
     Spec("kv_capacity_tokens", 4096, "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
          1, 1 << 20),

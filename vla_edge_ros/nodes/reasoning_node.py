@@ -62,10 +62,12 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from ..admission import AdmissionController
 from ..constants import ACTION_TOKENS, VISION_TOKENS
-from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, release_after_run, settle_after_warmup,
+from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, probe_after_cycles, release_after_run,
+                     settle_after_warmup,
                      warm_up)
 from ..frame_buffer import FrameBuffer
 from ..metrics import GcPauses, VramSampler
+from ..realtime import normal_scheduling
 from .image_convert import DROP_KINDS, render_debug
 from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
                      validate_reasoning)
@@ -107,16 +109,6 @@ def engine_error_message(e: BaseException, model_path: str, backend: str, capaci
                     f"vram_ceiling_gb={ceiling_gb:g} ({ceiling_gb * GIB / 2**20:.0f} MiB): the device has less "
                     f"free memory than the plan; free the GPU or lower kv_capacity_tokens / vram_ceiling_gb")
     return msg
-
-
-def _normal_scheduling() -> None:
-    """Threads inherit their creator's scheduling: a helper started from a SCHED_FIFO executor thread drops
-    back to normal scheduling, so the engine worker it creates never runs at real-time priority."""
-    try:
-        if os.sched_getscheduler(0) != os.SCHED_OTHER:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
 
 
 class ReasoningNode(LifecycleNode):
@@ -334,7 +326,7 @@ class ReasoningNode(LifecycleNode):
         box: dict = {}
 
         def run():
-            _normal_scheduling()
+            normal_scheduling()
             try:
                 box["value"] = fn()
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
@@ -389,7 +381,7 @@ class ReasoningNode(LifecycleNode):
 
     def _probe_after(self) -> int:
         p = self.p
-        return max(0, int(round(p["reprobe_after_s"] * 1000.0 / p["period_ms"]))) if p["reprobe_after_s"] > 0 else 0
+        return probe_after_cycles(p["reprobe_after_s"], p["period_ms"])
 
     def _apply_params(self, changes: dict) -> None:
         """Apply validated run-time changes (params.enable_runtime_updates); runs on the node's executor

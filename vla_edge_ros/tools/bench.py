@@ -37,10 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..admission import AdmissionController
+from ..admission import AdmissionController, Decision
 from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
 from ..constants import ACTION_TOKENS, VISION_TOKENS
-from ..cycle import REASONS, ReasoningCycle, release_after_run, settle_after_warmup, warm_up
+from ..cycle import (REASONS, REPROBE_AFTER_S, ReasoningCycle, probe_after_cycles, release_after_run,
+                     settle_after_warmup, warm_up)
 from ..engine import Engine, cuda_available, system_prompt_ids
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
@@ -48,6 +49,7 @@ from ..metrics import CycleStats, VramSampler
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, OutputDirError, atomic_output_dir, bf16_to_f32
 from ..model.weights import load_weights
+from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
 
@@ -131,9 +133,20 @@ def _quantiles(stats, keys=("p50", "p95", "p99", "max")) -> dict:
     return {k: p[k] for k in keys}
 
 
+class AdmitAll(AdmissionController):
+    """Admission switched off for a measurement (`--admit-all`): every chunk that is not `busy` runs, and the
+    guard still publishes at the deadline. The share of these chunks that fit the budget is the oracle that
+    an admission controller is judged against."""
+
+    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0) -> Decision:
+        d = super().decide(t0, busy, reserve_ms)
+        return Decision(True, "admit", d.remaining_ms, d.estimate_ms) if d.reason == "refused" else d
+
+
 def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
                progress) -> tuple[dict, dict]:
     """One policy on one clip. Returns (metrics for report.json, raw series for the plot)."""
+    normal_scheduling()  # the engine's worker thread inherits the scheduling of the thread that creates it
     engine = Engine(model_dir, backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy,
                     window_frames=args.window_frames, vram_ceiling_gb=args.vram_ceiling_gb, weights=weights)
     try:
@@ -141,9 +154,9 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         # so neither a first chunk on a new thread nor a full collection lands in the first control cycles
         warm = warm_up(engine, args.warmup_chunks, seed=args.seed)
         prefill_tokens, decode_tokens = engine.phase_tokens  # a parallel model: 40 prefill tokens, no decode
-        admission = AdmissionController(period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms,
-                                        tail_k=args.tail_k, prefill_tokens=prefill_tokens,
-                                        decode_tokens=decode_tokens)
+        controller = AdmitAll if args.admit_all else AdmissionController
+        admission = controller(period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms, tail_k=args.tail_k,
+                               prefill_tokens=prefill_tokens, decode_tokens=decode_tokens)
         for t in warm[1:] if len(warm) > 1 else warm:  # the first chunk carries compile/first-touch cost
             admission.update(t)
         settle_after_warmup()
@@ -154,8 +167,12 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
                                fallback="zero", stats=stats, probe_after=args.probe_after)
         vram = VramSampler(interval_s=0.05)
         vram.start()
+        refused = set_realtime_priority(args.realtime_priority)  # this thread runs the cycle, as the node's timer
+        if refused:
+            print(f"vla-edge-bench: {refused}", file=sys.stderr, flush=True)
         camera = CameraReplay(frames, args.camera_hz, fb)
         camera_index_of_frame_id: dict[int, int] = {}
+        chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
         cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
         per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": []}
         period = args.period_ms / 1000.0
@@ -188,18 +205,22 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             per_cycle["remaining_ms"].append(out.remaining_ms)
             if out.late_chunk is not None:
                 note_chunk(out.late_chunk, out.late_frame_seq, t0 - start)
+                chunk_totals.append(out.late_chunk.timings.total_ms)
             if out.chunk is not None:
                 note_chunk(out.chunk, out.frame_seq, t0 - start)
+                chunk_totals.append(out.chunk.timings.total_ms)
             # Absolute schedule; a tick more than a period late is skipped, as a ROS timer would.
             nxt = max(i + 1, int((time.monotonic() - start) / period))
             skipped += nxt - i - 1
             progress.update(nxt - i)
             i = nxt
+        normal_scheduling()
         camera.stop()
         drained = cycle.drain(timeout=30.0)  # a late chunk still running: let it land before reading the cache
         if drained is not None and drained.late_chunk is not None:
             note_chunk(drained.late_chunk, drained.late_frame_seq, time.monotonic() - start)
         vram.stop()
+        budget_ms = args.period_ms - args.safety_margin_ms
 
         s = stats.summary()
         es = engine.stats()
@@ -237,6 +258,14 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "engine_errors": cycle.engine_errors,
             "skipped_ticks": skipped,
             "probes": cycle.probes,
+            # admitted: share of cycles that published a fresh model action; chunks_fit: share of the measured
+            # chunks that took <= period - margin (with --admit-all, an unbiased sample: the oracle share)
+            "admitted_share": s["reasons"].get("fresh", 0) / max(1, s["cycles"]),
+            "chunks_fit_share": (sum(x <= budget_ms for x in chunk_totals) / len(chunk_totals)
+                                 if chunk_totals else None),
+            "chunks_measured": len(chunk_totals),
+            "admit_all": bool(args.admit_all),
+            "realtime_priority": args.realtime_priority,
             "admission": admission.snapshot(),
             # what admission predicted against what it had: the estimate's median and the median time left
             "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
@@ -468,9 +497,15 @@ def build_parser() -> Parser:
     p.add_argument("--window-frames", type=positive_int, default=8, help="sliding_window size in frames (default: 8)")
     p.add_argument("--tail-k", type=finite_non_negative, default=0.0,
                    help="admission tail allowance (x EMA of |deviation|) (default: 0)")
-    p.add_argument("--probe-after", type=non_negative_int, default=0,
-                   help="admit one chunk after this many refusals in a row to re-measure its cost "
-                        "(default: 0 = never, as the node)")
+    p.add_argument("--probe-after", type=non_negative_int, default=None,
+                   help="while refusing, run one background chunk after at most this many refusals in a row to "
+                        "re-measure its cost (0: never) (default: the node's reprobe_after_s, 2 s of periods)")
+    p.add_argument("--admit-all", action="store_true",
+                   help="admit every chunk that is not busy (the guard still publishes at the deadline): the share "
+                        "of chunks that fit is then the oracle to judge admission against (default: off)")
+    p.add_argument("--realtime-priority", type=non_negative_int, default=0,
+                   help="SCHED_FIFO priority (1-99) of the thread running the cycle, as the node's "
+                        "realtime_priority; needs CAP_SYS_NICE (default: 0 = normal scheduling)")
     p.add_argument("--warmup-chunks", type=positive_int, default=3, help="dry chunks before each run (default: 3)")
     p.add_argument("--vram-ceiling-gb", type=finite_positive, default=8.0,
                    help="refuse a VRAM plan over this (default: 8)")
@@ -500,6 +535,10 @@ def parse_args(argv):
             p.error(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
     if a.period_ms <= a.safety_margin_ms:
         p.error("need --period-ms > --safety-margin-ms")
+    if a.realtime_priority > 99:
+        p.error("--realtime-priority: 0 (off) or 1-99")
+    if a.probe_after is None:
+        a.probe_after = probe_after_cycles(REPROBE_AFTER_S, a.period_ms)
     return a
 
 
@@ -524,6 +563,7 @@ def main(argv=None) -> int:
 def run(args, argv) -> int:
     from tqdm import tqdm
 
+    tighten_gil_switch()  # as the node's process
     sources = []
     run_frames = int(args.seconds * args.camera_hz)
     for spec in args.clip:
@@ -600,6 +640,7 @@ def run(args, argv) -> int:
                        "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
                        "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity,
                        "window_frames": args.window_frames, "tail_k": args.tail_k, "probe_after": args.probe_after,
+                       "admit_all": args.admit_all, "realtime_priority": args.realtime_priority,
                        "warmup_chunks": args.warmup_chunks, "seed": args.seed},
             "clips": clips,
         }

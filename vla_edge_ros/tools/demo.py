@@ -1,6 +1,8 @@
 """vla-edge-demo: the whole loop on this machine in ~20 s, CPU is enough.
 
-1. generates the tiny random model (once, into a cache dir) and a synthetic moving-shapes clip
+1. picks the model: on a GPU the tiny preset; on a CPU the largest embedded preset whose chunk, timed
+   here at start-up on a full cache, fits the cycle with room to spare (tiny, else micro; one line says
+   what was measured and chosen); generates it (once, into a cache dir) and a synthetic moving-shapes clip
    (a raw Image bag, generated in code);
 2. starts ``vla_edge`` and ``vla-edge-replay`` as subprocesses (backend auto: CUDA when a GPU is
    usable, NumPy otherwise);
@@ -13,6 +15,7 @@ $XDG_CACHE_HOME (~/.cache) / vla_edge_ros.
 Usage examples:
   vla-edge-demo
   vla-edge-demo --seconds 60 --policy semantic --preset micro
+  vla-edge-demo --period-ms 100          # a slow CPU on which no preset fits 33 ms
   vla-edge-demo --source /data/run1_bag --model /models/qwen2.5-1.5b-vla --backend cuda
 """
 
@@ -30,11 +33,36 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS, SAFETY_MARGIN_MS
+
 
 def cache_dir() -> Path:
     from ..nodes.params import cache_root
 
     return cache_root()
+
+
+CPU_PRESETS = ("tiny", "micro")  # largest first: what the demo tries on a CPU
+
+
+def choose_cpu_preset(cache: Path, period_ms: float, safety_margin_ms: float) -> tuple[str | None, str]:
+    """(the largest CPU preset whose chunk fits the cycle on this host, or None; one line saying why)."""
+    from ..host_fit import FIT_SHARE, fits, measure_chunk, period_for
+    from .outputs import ensure_model
+
+    budget = period_ms - safety_margin_ms
+    said = []
+    for preset in CPU_PRESETS:
+        cost = measure_chunk(ensure_model(cache, None, preset), CPU_KV_CAPACITY_TOKENS)
+        ok = fits(cost, period_ms, safety_margin_ms)
+        said.append(f"{preset}: {cost.line()} ({'fits' if ok else 'does not fit'})")
+        if ok:
+            return preset, (f"model {preset} at {CPU_KV_CAPACITY_TOKENS} slots, measured here: " + "; ".join(said)
+                            + f"; fits = p90 <= {FIT_SHARE:.0%} of the {budget:g} ms budget")
+    need = period_for(cost, safety_margin_ms, period_ms)
+    return None, ("no embedded model fits a " + f"{period_ms:g} ms cycle on this CPU (" + "; ".join(said)
+                  + f"): run `./scripts/demo.sh --period-ms {need:g}` (or `vla-edge-demo --period-ms {need:g}`), "
+                  "or run it on a machine with a GPU")
 
 
 def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
@@ -74,9 +102,11 @@ def build_parser():
                     help="how long to run after the first action (default: 20)")
     ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated synthetic clip)")
     ap.add_argument("--model", help="model dir (default: the generated --preset model)")
-    ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
-                    help="model to generate when --model is not given; micro has 1 layer, for slow CPUs "
-                         "(default: tiny)")
+    ap.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
+                    help="model to generate when --model is not given; auto: tiny on a GPU, on a CPU the largest "
+                         "of tiny, micro whose chunk, timed here at start-up, fits the cycle (default: auto)")
+    ap.add_argument("--period-ms", type=finite_positive, default=None,
+                    help="control period (default: the config's, 33 ms)")
     ap.add_argument("--policy", default="fifo", choices=("fifo", "sliding_window", "semantic"),
                     help="KV eviction policy (default: fifo)")
     ap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"),
@@ -99,7 +129,21 @@ def main(argv=None) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
         os.environ["ROS_DOMAIN_ID"] = str(random.randint(1, 100))
-    model, clip = ensure_assets(cache_dir(), a.model, a.preset)
+    from ..engine import cuda_available
+
+    on_cpu = a.backend == "numpy" or (a.backend == "auto" and not cuda_available())
+    period_ms = a.period_ms if a.period_ms is not None else PERIOD_MS
+    if period_ms <= SAFETY_MARGIN_MS:
+        return fail("vla-edge-demo", f"--period-ms must be greater than the {SAFETY_MARGIN_MS:g} ms safety margin")
+    preset = a.preset
+    if preset == "auto" and a.model is None:
+        preset = "tiny"
+        if on_cpu:
+            preset, why = choose_cpu_preset(cache_dir(), period_ms, SAFETY_MARGIN_MS)
+            print(f"[demo] {why}", flush=True)
+            if preset is None:
+                return 1
+    model, clip = ensure_assets(cache_dir(), a.model, preset)
     source = a.source or str(clip)
 
     import rclpy
@@ -111,12 +155,10 @@ def main(argv=None) -> int:
     env = child_env()
     out = None if a.verbose else subprocess.DEVNULL
     kv_cap = a.kv_capacity
-    if kv_cap is None and a.backend in ("auto", "numpy"):
-        from ..engine import cuda_available
-
-        if a.backend == "numpy" or not cuda_available():
-            kv_cap = 512
-    node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap)
+    if kv_cap is None and on_cpu:
+        kv_cap = CPU_KV_CAPACITY_TOKENS
+    params = [f"period_ms:={period_ms}"] if a.period_ms is not None else []
+    node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, params=params)
 
     print(f"[demo] ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} model={model} source={source}", flush=True)
     procs = []
@@ -192,7 +234,7 @@ def main(argv=None) -> int:
         elif by_src["model"] == 0:
             print(f"\nno model action: the chunk estimate ({d.get('ema_estimate', '?')} ms) never fit the "
                   f"{d.get('period_ms', '?')} ms cycle on this machine; the fallbacks above are the deadline guard "
-                  f"working. A GPU (backend cuda) or --preset micro shows model actions.")
+                  f"working. A GPU (backend cuda), --preset micro or a longer --period-ms shows model actions.")
     except KeyboardInterrupt:
         rc = 130
     finally:
