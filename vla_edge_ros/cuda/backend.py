@@ -61,9 +61,10 @@ def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, sms: int | None = None):
-        """``sms``: the multiprocessors to plan the grids for (default: the device's; chunk_bench --sms passes the
-        count of a green context the process is confined to)."""
+    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, sms: int | None = None, stream=None):
+        """``sms``: the multiprocessors to plan the grids for (default: the device's); ``stream``: the stream the
+        chunk's graph is captured and launched on (default: a new non-blocking one). chunk_bench --sms passes a
+        green context's stream and its SM count."""
         cfg = self.cfg = weights.cfg
         check_cuda_shape(cfg)
         self.capacity = int(capacity)
@@ -82,7 +83,7 @@ class CudaBackend:
         check_vram_plan(self.plan, self.vram_ceiling_gb, self.capacity)
         self._pool = cupy.get_default_memory_pool()
         self._pool_base = self._pool.used_bytes()
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
         self.k = Kernels()
         self.launch = Launcher(self.k, self.stream)
         self.weight_format = cfg.weight_format

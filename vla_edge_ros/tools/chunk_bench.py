@@ -96,11 +96,16 @@ def prefill_breakdown(cp, be, reps=30) -> dict:
     return leave_one_out(cp, be, lambda: be._prefill_layers(be.lay.tokens, 32), families, reps)
 
 
-def confine_to_sms(n: int) -> int:
-    """Make a CUDA green context of (at least) n SMs current on this thread, before any CuPy work, so that every
-    allocation, module and stream of the process runs on those SMs alone (cuDevSmResourceSplitByCount ->
-    cuGreenCtxCreate -> cuCtxFromGreenCtx -> cuCtxSetCurrent; the CUDA runtime under CuPy adopts the current
-    context). Returns the SM count granted (Hopper splits in multiples of 8)."""
+_GREEN: list = []
+
+
+def green_stream(n: int):
+    """A CUDA stream confined to a green context of (at least) n SMs: cuDevSmResourceSplitByCount ->
+    cuGreenCtxCreate -> cuGreenCtxStreamCreate, wrapped as a cupy ExternalStream (kernels loaded in the primary
+    context run on it, on those SMs alone). Making the green context current does not confine CuPy work: CuPy
+    re-selects the device's primary context (seen on the H200, 2026-12-01: the SM probe saw 132 SMs). Returns
+    (stream, SMs granted; Hopper splits in multiples of 8)."""
+    import cupy as cp
     from cuda.bindings import driver as drv
 
     def ok(r):
@@ -115,9 +120,9 @@ def confine_to_sms(n: int) -> int:
     groups, _, _ = ok(drv.cuDevSmResourceSplitByCount(1, res, 0, int(n)))
     desc = ok(drv.cuDevResourceGenerateDesc([groups[0]], 1))
     gctx = ok(drv.cuGreenCtxCreate(desc, dev, drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM))
-    ctx = ok(drv.cuCtxFromGreenCtx(gctx))
-    ok(drv.cuCtxSetCurrent(ctx))
-    return int(groups[0].sm.smCount)
+    stream = ok(drv.cuGreenCtxStreamCreate(gctx, drv.CUstream_flags.CU_STREAM_NON_BLOCKING, 0))
+    _GREEN.append((gctx, stream))  # the handles live as long as the process
+    return cp.cuda.ExternalStream(int(stream)), int(groups[0].sm.smCount)
 
 
 _SMID_PROBE = r'''
@@ -130,10 +135,11 @@ extern "C" __global__ void smid_probe(unsigned* hit) {
 '''
 
 
-def sms_in_use(cp) -> int:
+def sms_in_use(cp, stream=None) -> int:
     """How many distinct SMs a grid of 1024 blocks actually ran on (checks the green-context confinement)."""
     hit = cp.zeros(1024, cp.uint32)
-    cp.RawKernel(_SMID_PROBE, "smid_probe")((1024,), (32,), (hit,))
+    cp.cuda.Device().synchronize()
+    cp.RawKernel(_SMID_PROBE, "smid_probe")((1024,), (32,), (hit,), stream=stream)
     cp.cuda.Device().synchronize()
     return int(hit.sum())
 
@@ -156,8 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--vram-ceiling-gb", type=float, default=8.0, help="start-up VRAM ceiling (default 8.0)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--sms", type=int, default=0,
-                   help="confine the process to a CUDA green context of this many SMs (a board's count: Orin Nano 8, "
-                        "AGX Orin 16, Thor 20; Hopper grants multiples of 8) and plan the grids for them")
+                   help="run the chunk on a stream of a CUDA green context of this many SMs (a board's count: Orin "
+                        "Nano 8, AGX Orin 16, Thor 20; Hopper grants multiples of 8) and plan the grids for them")
     p.add_argument("--breakdown", action="store_true",
                    help="also time one decode pass and the prefill as graphs with kernel families left out "
                         "(differences = cost)")
@@ -171,8 +177,8 @@ def main(argv=None) -> int:
         return 2
     from ..cuda.backend import CudaBackend
 
-    sms = confine_to_sms(a.sms) if a.sms else 0
-    sms_seen = sms_in_use(cp)
+    stream, sms = green_stream(a.sms) if a.sms else (None, 0)
+    sms_seen = sms_in_use(cp, stream)
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
@@ -180,7 +186,7 @@ def main(argv=None) -> int:
     w = load_weights(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
-    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, sms=sms or None)
+    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, sms=sms or None, stream=stream)
     rng = np.random.default_rng(0)
     kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
     be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
