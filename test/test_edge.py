@@ -297,7 +297,7 @@ def test_tool_on_a_generated_tiny_model(tiny_dir, tmp_path):
     r = run_tool("--model", tiny_dir, "--board", "agx-orin", "--json", str(out))
     assert r.returncode == 0, r.stderr
     text = r.stdout
-    basis = "floor at 100 % of bandwidth" if edge.MEASURED_EFFICIENCY["bf16"] is None else "measured efficiency"
+    basis = "floor at 100 % of bandwidth" if edge.MEASURED_EFFICIENCY.get("bf16") is None else "measured efficiency"
     for piece in ("VRAM plan (vram_plan.py)", "Bytes one chunk must move", "jetson-agx-orin-64gb", "fits",
                   basis, "hidden 512, 2 layers"):
         assert piece in text
@@ -386,3 +386,30 @@ def test_tool_reads_the_weight_format_and_decoding_from_a_quantized_model_dir(tm
     assert r.returncode == 0, r.stderr
     assert "W4A16, group 128, zero points" in r.stdout and "action decoding parallel" in r.stdout
     assert "what-if" not in r.stdout
+
+
+def test_compute_bound_scales_the_sm_confined_measurement():
+    """vla-edge-plan's compute/latency bound: the chunk measured on N H200 SMs, scaled by SMs, clock and tensor rate."""
+    measured = {"sm_confined": {"clock_mhz": 2000, "chunk_ms": {"w4-parallel": {8: 20.0, 16: 10.0}}}}
+    nano = edge.Board("nano", 68.0, 8, sms=8, gpu_clock_mhz=1000, tensor_rate_vs_hopper=0.5)
+    c = edge.compute_bound("w4-parallel", nano, measured)
+    assert c["measured_sms"] == 8 and c["chunk_ms"] == pytest.approx(20.0 * 2 / 0.5)
+    agx = edge.Board("agx", 204.8, 64, sms=20, gpu_clock_mhz=2000, tensor_rate_vs_hopper=1.0)
+    assert edge.compute_bound("w4-parallel", agx, measured)["chunk_ms"] == pytest.approx(10.0 * 16 / 20)
+    big = edge.Board("big", 4000.0, 80, sms=132, gpu_clock_mhz=2000, tensor_rate_vs_hopper=1.0)
+    assert edge.compute_bound("w4-parallel", big, measured) is None  # 132 SMs: too far from 16 to scale linearly
+    assert edge.compute_bound("bf16", nano, measured) is None  # kind not measured confined
+    assert edge.compute_bound("w4-parallel", edge.Board("x", 68.0, 8), measured) is None  # board without SM data
+    measured["sm_confined"]["shape"] = {"hidden_size": 1536}
+    assert edge.compute_bound("w4-parallel", nano, measured, cfg=SimpleNamespace(hidden_size=512)) is None
+    assert edge.compute_bound("w4-parallel", nano, measured, cfg=SimpleNamespace(hidden_size=1536)) is not None
+
+
+def test_the_data_file_carries_the_measurements():
+    """Measured constants live in config/boards.yaml with their source, not in code."""
+    m = edge.load_measured()
+    assert set(m["efficiency"]) >= {"bf16", "w4", "bf16-parallel", "w4-parallel"} and "chunk_bench" in m[
+        "efficiency_source"]
+    assert m["sm_confined"]["chunk_ms"]["w4-parallel"][8] > 0 and "--sms" in m["sm_confined"]["source"]
+    for b in edge.load_boards().values():
+        assert b.sms and b.gpu_clock_mhz and b.tensor_rate_vs_hopper

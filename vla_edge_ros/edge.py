@@ -27,17 +27,9 @@ DEFAULT_GROUP = 128  # W4A16 group size (input channels per scale) when the conf
 PERIOD_MS = 33.0  # DESIGN.md §1 defaults (the node's period_ms / safety_margin_ms)
 SAFETY_MARGIN_MS = 2.0
 
-# Fraction of copy bandwidth the engine reaches over a whole chunk (chunk bytes / chunk time / copy bandwidth),
-# by weight format, from a measured run on a GPU (see efficiency_from_measurement). None: not measured yet, and
-# projections are floors at 100 % of the bandwidth.
-# Keys: weight format, "-parallel" for parallel action decoding. Measured on an NVIDIA H200 (copy 4.2 TB/s),
-# 2026-11-30 13:04 UTC, qwen2.5-1.5b shape, full 4096-slot cache, 64-token prompt, 200 chunks (bash
-# bench/gpu_final.sh: chunk_bench --model DIR --chunks 200 --breakdown): chunk bytes / device chunk p50 / copy
-# bandwidth. On the H200 the chunk is bound by its chain of ~170-280 dependent kernels, not by bytes, so these
-# fractions are low and a projection with them is pessimistic for a board where the bytes dominate; the floor
-# (1.0) is the optimistic bound, and plan/chunk_bench print both.
-MEASURED_EFFICIENCY: dict[str, float | None] = {"bf16": 0.502, "w4": 0.153, "bf16-parallel": 0.194,
-                                                "w4-parallel": 0.054}
+# What the engine measured (fraction of copy bandwidth per kind; chunk time with the GPU confined to N SMs) is data:
+# config/boards.yaml's "measured" section, with its command, machine and date. Keys: weight format, "-parallel"
+# for parallel action decoding. Empty where the file has none: projections are then floors at 100 % bandwidth.
 FLOOR_NOTE = "floor at 100 % of bandwidth (no measured efficiency): real chunks take longer"
 PEAK_NOTE = "vendor peak bandwidth: a copy reaches less, so the time is optimistic"
 
@@ -182,6 +174,10 @@ class Board:
     copy_gbps: float | None = None  # measured copy rate, where known
     source: str = ""
     aliases: tuple[str, ...] = ()
+    sms: int | None = None  # GPU multiprocessors
+    gpu_clock_mhz: float | None = None  # highest documented GPU clock
+    tensor_rate_vs_hopper: float | None = None  # dense bf16 tensor FLOP / SM / clock relative to an H100/H200 SM
+    compute_source: str = ""
 
     @property
     def effective_gbps(self) -> float:
@@ -230,13 +226,64 @@ def load_boards(path: str | None = None) -> dict[str, Board]:
         if not isinstance(b, dict):
             raise EdgeError(f"{path}: board {name!r} is not a mapping")
         copy = b.get("copy_gbps")
+        opt = {k: _positive(name, k, b[k]) for k in ("sms", "gpu_clock_mhz", "tensor_rate_vs_hopper")
+               if b.get(k) is not None}
+        if "sms" in opt:
+            opt["sms"] = int(opt["sms"])
         boards[name] = Board(name=name, bandwidth_gbps=_positive(name, "bandwidth_gbps", b.get("bandwidth_gbps")),
                              memory_gb=_positive(name, "memory_gb", b.get("memory_gb")),
                              shared_memory=bool(b.get("shared_memory", False)),
                              copy_gbps=None if copy is None else _positive(name, "copy_gbps", copy),
                              source=str(b.get("source", "")),
-                             aliases=tuple(str(a) for a in (b.get("aliases") or ())))
+                             aliases=tuple(str(a) for a in (b.get("aliases") or ())),
+                             compute_source=str(b.get("compute_source", "")), **opt)
     return boards
+
+
+def load_measured(path: str | None = None) -> dict:
+    """The data file's "measured" section ({} when it has none or cannot be read)."""
+    import yaml
+
+    try:
+        with open(path or boards_path(), encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    m = raw.get("measured") if isinstance(raw, dict) else None
+    return m if isinstance(m, dict) else {}
+
+
+def _measured_efficiency() -> dict[str, float]:
+    eff = load_measured().get("efficiency") or {}
+    return {str(k): float(v) for k, v in eff.items() if isinstance(v, (int, float)) and 0 < v <= 1}
+
+
+MEASURED_EFFICIENCY: dict[str, float | None] = _measured_efficiency()
+
+
+def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=None) -> dict | None:
+    """The chunk time the board's SMs allow (compute/latency bound), from the chunk measured with an H200 confined
+    to N SMs (config/boards.yaml measured.sm_confined): t_N x (N / board SMs) x (H200 clock / board clock) /
+    (board tensor rate per SM per clock relative to Hopper), N the measured count nearest the board's (within 2x).
+    None when the kind was not measured that way, ``cfg`` (if given) is not the measured model shape, no count is
+    within 2x of the board's, or the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
+    m = load_measured() if measured is None else measured
+    conf = m.get("sm_confined") or {}
+    shape = conf.get("shape") or {}
+    if cfg is not None and any(getattr(cfg, k, None) != v for k, v in shape.items()):
+        return None
+    runs = (conf.get("chunk_ms") or {}).get(kind)
+    clock = conf.get("clock_mhz")
+    if not runs or not clock or not (board.sms and board.gpu_clock_mhz and board.tensor_rate_vs_hopper):
+        return None
+    n = min(runs, key=lambda k: (abs(int(k) - board.sms), -int(k)))
+    if not 0.5 <= board.sms / int(n) <= 2:  # a chunk is not linear in SMs far from the measured count (the chain)
+        return None
+    ms = float(runs[n]) * (int(n) / board.sms) * (float(clock) / board.gpu_clock_mhz) / board.tensor_rate_vs_hopper
+    return {"chunk_ms": ms, "measured_sms": int(n), "measured_ms": float(runs[n]),
+            "basis": f"{kind} measured on {n} H200 SMs at {clock:g} MHz: {float(runs[n]):.2f} ms, scaled to "
+                     f"{board.sms} SMs at {board.gpu_clock_mhz:g} MHz x {board.tensor_rate_vs_hopper:g} Hopper's "
+                     f"tensor rate per SM per clock"}
 
 
 def find_board(name: str, boards: dict[str, Board] | None = None) -> Board:

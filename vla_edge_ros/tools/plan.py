@@ -125,6 +125,13 @@ def make_plan(a) -> dict:
     floor = [edge.project(chunk, b, 1.0, a.period_ms, a.margin_ms) for b in boards]
     plan = vram_plan(cfg, a.capacity)
     mem = [edge.memory_fit(plan["total"], b) for b in boards]
+    kind = chunk["weights"] + ("-parallel" if chunk["decoding"] == "parallel" else "")
+    measured = edge.load_measured()
+    comp = [edge.compute_bound(kind, b, measured, cfg) for b in boards]
+    for f, c in zip(floor, comp):
+        if c is not None:
+            c["binds"] = "compute/latency" if c["chunk_ms"] > f["chunk_ms"] else "bytes"
+            c["verdict"] = "fits" if max(c["chunk_ms"], f["chunk_ms"]) <= f["budget_ms"] else "does not fit"
     return {
         "model": os.path.abspath(a.model),
         "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
@@ -132,8 +139,9 @@ def make_plan(a) -> dict:
                    "intermediate_size": cfg.intermediate_size, "vocab_size": cfg.vocab_size},
         "frames_retained_full": edge.frame_capacity(a.capacity, prompt),
         "vram_plan_bytes": plan, "chunk_bytes": chunk,
-        "boards": [dict(p, memory=m, source=b.source, floor_chunk_ms=f["chunk_ms"], floor_verdict=f["verdict"])
-                   for p, m, b, f in zip(proj, mem, boards, floor)],
+        "boards": [dict(p, memory=m, source=b.source, floor_chunk_ms=f["chunk_ms"], floor_verdict=f["verdict"],
+                        compute_bound=c)
+                   for p, m, b, f, c in zip(proj, mem, boards, floor, comp)],
         "period_ms": a.period_ms, "margin_ms": a.margin_ms, "boards_file": edge.boards_path(), "what_if": what_if,
     }
 
@@ -195,8 +203,19 @@ def render(r: dict) -> str:
                    "board whose bandwidth is far lower")
     if any(p["bandwidth_kind"] != "measured copy" for p in r["boards"]):
         out.append("  - 'peak': " + edge.PEAK_NOTE + "; 'copy': a measured copy rate")
-    out.append("  - bytes are a floor (weights, KV, head, frame; activations not counted); times scale with the "
-               "board's bandwidth only, not its compute or clocks")
+    out.append("  - bytes are a floor (weights, KV, head, frame; activations not counted); those times scale with "
+               "the board's bandwidth only, not its compute or clocks")
+    cb = [p for p in r["boards"] if p.get("compute_bound")]
+    if cb:
+        out += ["", "Compute/latency bound (the chunk measured on an H200 confined to the board's SM count by a green "
+                "context, scaled by clock and per-SM tensor rate; boards.yaml measured.sm_confined):"]
+        for p in cb:
+            c = p["compute_bound"]
+            out.append(f"  {p['board']:<24} {c['chunk_ms']:>8.1f} ms vs byte floor {p['floor_chunk_ms']:.1f} ms: "
+                       f"{c['binds']} binds, {c['verdict']} ({c['basis']})")
+    elif r["boards"]:
+        out.append("  - no compute/latency bound: this kind and model shape were not measured with the GPU confined to "
+                   "a board's SMs (chunk_bench --sms)")
     out.append(f"  - boards: {r['boards_file']}")
     return "\n".join(out)
 
