@@ -48,7 +48,7 @@ W4_RB = {"qkv": 2, "gateup": 1, "o": 4, "down": 4}  # rows (gate/up: pairs) in f
 
 
 def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
-    """(Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf) for kernels/gemv_w4.cu and gemm_w4.cu from a QuantTensor:
+    """(Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf) for kernels/gemv_w4.cu and gemm.cu from a QuantTensor:
     SZ = the scale's 16-bit pattern in the file's dtype | zero << 16."""
     if qt.scale_dtype == "bfloat16":
         bits, sbf = f32_to_bf16(np.asarray(qt.scales, np.float32)).astype(np.uint32), 1
@@ -285,6 +285,15 @@ class CudaBackend:
         self.launch("lm_head_argmax", (ACTION_VOCAB // 8,), (256,),
                     (x, self.norm, eps, i32(self.H), self.head_act, i32(ACTION_VOCAB), self.logits[step], self.ticket,
                      self.tokidx_dev, self.tokens_dev, i32(step), i32(self.V0)), shared_mem=4 * self.H)
+
+    def enqueue_prefill(self):
+        """Enqueue the chunk's prefill (all layers, the frame's rows + the parallel action queries) on the stream,
+        as the graph does: for timing it alone (chunk_bench --breakdown)."""
+        self._prefill_layers(self.lay.tokens, VISION_TOKENS)
+
+    def enqueue_decode_pass(self, step: int):
+        """Enqueue decode pass ``step`` (autoregressive models) on the stream, as the graph does."""
+        self._decode_pass(step)
 
     def _stamp(self, i):
         self.launch.barrier()  # a full barrier: everything before the stamp completes before anything after

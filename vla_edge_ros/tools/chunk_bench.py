@@ -86,14 +86,14 @@ def breakdown(cp, be, reps=50) -> dict:
     families = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
                 "no_gateup_down": ["g4_gateup_*", "g4_proj_*", "w4_gateup_*", "w4_proj_*"],
                 "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
-    return leave_one_out(cp, be, lambda: be._decode_pass(4), families, reps)
+    return leave_one_out(cp, be, lambda: be.enqueue_decode_pass(4), families, reps)
 
 
 def prefill_breakdown(cp, be, reps=30) -> dict:
     """The prefill alone, with kernel families left out."""
     families = {"all": [], "no_gemm": ["gemm_*"], "no_attention": ["attn_*"], "no_norm": ["rmsnorm_bf16"],
                 "no_kv_write": ["kv_write"], "only_gemm": ["attn_*", "rmsnorm_bf16", "kv_write"]}
-    return leave_one_out(cp, be, lambda: be._prefill_layers(be.lay.tokens, 32), families, reps)
+    return leave_one_out(cp, be, be.enqueue_prefill, families, reps)
 
 
 _GREEN: list = []
