@@ -55,6 +55,18 @@ def gemm(k, fmt, rows):
     return Gemm(k, fmt, rows)
 
 
+def gemv(k, fmt):
+    from vla_edge_ros.cuda.launch import Gemv
+
+    return Gemv(k, fmt)
+
+
+def attention(*args, **kw):
+    from vla_edge_ros.cuda.launch import attention as launch_attention
+
+    return launch_attention(*args, **kw)
+
+
 @pytest.mark.parametrize("rows", [32, 48])
 @pytest.mark.parametrize("N,K,mode,ks", [(128, 512, "store", 1), (1024, 1536, "add", 5), (128, 8960, "add", 7),
                                          (512, 8960, "store", 1), (2048, 1536, "add", 24), (256, 128, "add", 3)])
@@ -117,14 +129,11 @@ def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from):
     params = cp.asarray(np.array([n_prefix, -1, 0, 0], np.int32))
     order_d = cp.asarray(np.concatenate([order, np.zeros(cap - n, np.int32)]))
     qd = cp.asarray(q)
-    args = (qd, i32(NH * D), cp.asarray(kc), cp.asarray(vc), order_d, params, i32(0), i32(T), i32(group), i32(cap),
-            cp.asarray(cos), cp.asarray(sin), f32(math.log2(math.e) / math.sqrt(D)), i32(bidir_from), part_o, part_ml)
     part_o.fill(np.nan)
     part_ml.fill(np.nan)
-    k.attn_partial((NKV, nrg, nsplit), (128,), args)
     out, outb = poison((T, NH * D)), poison((T, NH * D), np.uint16)
-    k.attn_combine((NKV * nrg * 64,), (128,), (part_o, part_ml, i32(nrg), i32(nsplit), i32(T),
-                                               i32(group), i32(NH * D), out, outb))
+    attention(k, qd, NH * D, cp.asarray(kc), cp.asarray(vc), order_d, params, 0, T, NKV, group, cap, cp.asarray(cos),
+              cp.asarray(sin), bidir_from, nsplit, part_o, part_ml, out, outb)
     # twin: keys at index j have position j; query t at n_prefix + t; causal by index
     kf = bf16_to_f32(kc)[:, order, :]
     vf = bf16_to_f32(vc)[:, order, :]
@@ -219,9 +228,9 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
 
 
 # ---------------------------------------------------------------------------------- decode GEMVs (gemv.cu)
-@pytest.mark.parametrize("H,NQ,NKV,rb,blocks", [(1536, 1536, 2, 1, 264), (1536, 1536, 2, 1, 5), (512, 512, 2, 1, 3),
-                                                (512, 256, 1, 1, 264), (2048, 2048, 2, 1, 264)])
-def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
+@pytest.mark.parametrize("H,NQ,NKV,blocks", [(1536, 1536, 2, 264), (1536, 1536, 2, 5), (512, 512, 2, 3),
+                                             (512, 256, 1, 264), (2048, 2048, 2, 264)])
+def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, blocks):
     rng = np.random.default_rng()
     D, cap = 128, 64
     NKVD = NKV * D
@@ -233,9 +242,8 @@ def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
     params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
     q = poison(NQ)
     kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
-    fn = getattr(k, f"g4_qkv_{H // 256}x{rb}")
-    fn((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), cp.asarray(W), cp.asarray(b), i32(H), i32(NQ),
-                           i32(NKVD), q, kc, vc, order, params, i32(3), i32(cap), i32(D)))
+    gemv(k, "bf16").qkv(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), cp.asarray(b), H, NQ, NKVD, q, kc, vc,
+                        order, params, 3, cap, D, blocks)
     ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), bf16_to_f32(W), b)
     assert rel(q.get(), ref[:NQ]) < 1e-5
     slot = int(order[8].get())
@@ -245,33 +253,30 @@ def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, rb, blocks):
     assert (np.delete(kc.get(), slot, axis=1) == 0).all() and (np.delete(vc.get(), slot, axis=1) == 0).all()
 
 
-@pytest.mark.parametrize("H,inter,rb,blocks", [(1536, 8960, 1, 132), (1536, 8960, 1, 7), (512, 1024, 1, 3),
-                                               (512, 1024, 1, 264)])
-def test_g4_gateup(k, H, inter, rb, blocks):
+@pytest.mark.parametrize("H,inter,blocks", [(1536, 8960, 132), (1536, 8960, 7), (512, 1024, 3), (512, 1024, 264)])
+def test_g4_gateup(k, H, inter, blocks):
     I = inter  # noqa: E741 - the intermediate size is I everywhere else
     rng = np.random.default_rng()
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
     W = bf(rng, (2 * I, H), 0.05)
     act = poison(I)
-    getattr(k, f"g4_gateup_{H // 256}x{rb}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6),
-                                                                 cp.asarray(W), i32(H), i32(I), act))
+    gemv(k, "bf16").gateup(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), H, I, act, blocks)
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
     Wf = bf16_to_f32(W)
     assert rel(act.get(), ops.silu_mul(h @ Wf[:I].T, h @ Wf[I:].T)) < 1e-5
 
 
-@pytest.mark.parametrize("K,N,kv,rb,blocks", [(1536, 1536, 3, 1, 264), (1536, 1536, 6, 1, 4), (8960, 1536, 7, 1, 264),
-                                              (8960, 1536, 5, 1, 9), (8960, 1536, 1, 1, 264), (512, 256, 2, 1, 3),
-                                              (1024, 512, 4, 1, 264)])
-def test_g4_proj_residual(k, K, N, kv, rb, blocks):
+@pytest.mark.parametrize("K,N,kv,blocks", [(1536, 1536, 3, 264), (1536, 1536, 6, 4), (8960, 1536, 7, 264),
+                                           (8960, 1536, 5, 9), (8960, 1536, 1, 264), (512, 256, 2, 3),
+                                           (1024, 512, 4, 264)])
+def test_g4_proj_residual(k, K, N, kv, blocks):
     rng = np.random.default_rng()
     a = rng.standard_normal(K).astype(np.float32)
     W = bf(rng, (N, K), 0.05)
     y0 = rng.standard_normal(N).astype(np.float32)
     y = cp.asarray(y0)
-    S = K // 256 // kv
-    getattr(k, f"g4_proj_{kv}x{rb}")((blocks,), (256,), (cp.asarray(a), cp.asarray(W), i32(K), i32(N), y, i32(S)))
+    gemv(k, "bf16").proj(cp.asarray(a), cp.asarray(W), K, N, y, kv, blocks)
     assert rel(y.get() - y0, ops.linear(a, bf16_to_f32(W))) < 1e-5
 
 
@@ -295,8 +300,8 @@ def test_pdl_chain_launch_matches_plain(k):
         x, act = cp.asarray(x0), poison(I)
         s.begin_capture()
         for wgu, wd in Ws:
-            go("g4_gateup_6x1", (132,), (256,), (x, ln, f32(1e-6), wgu, i32(H), i32(I), act))
-            go("g4_proj_7x1", (264,), (256,), (act, wd, i32(I), i32(H), x, i32(5)))
+            gemv(k, "bf16").gateup(x, ln, 1e-6, wgu, H, I, act, 132, run=go)
+            gemv(k, "bf16").proj(act, wd, I, H, x, 7, 264, run=go)
         g = s.end_capture()
         g.launch(s)
         s.synchronize()
@@ -383,9 +388,8 @@ def test_w4_qkv_writes_q_and_kv_slot(k, scale_dtype, H, NQ, NKV, blocks):
     params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
     q = poison(NQ)
     kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
-    getattr(k, f"w4_qkv_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Q, SZ, sbf,
-                                                         cp.asarray(b), i32(H), i32(NQ), i32(NKVD), q, kc, vc, order,
-                                                         params, i32(3), i32(cap), i32(D)))
+    gemv(k, "w4").qkv(cp.asarray(x), cp.asarray(ln), 1e-6, (Q, SZ, sbf), cp.asarray(b), H, NQ, NKVD, q, kc, vc, order,
+                      params, 3, cap, D, blocks)
     ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), w, b)
     assert rel(q.get(), ref[:NQ]) < 1e-5
     slot = int(order[8].get())
@@ -405,8 +409,8 @@ def test_w4_gateup(k, scale_dtype, H, inter, blocks):
     Qg, SZg, sbf, wg = w4_random(rng, I, H, scale_dtype)
     Qu, SZu, _, wu = w4_random(rng, I, H, scale_dtype)
     act = poison(I)
-    getattr(k, f"w4_gateup_{H // 256}")((blocks,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), Qg, SZg, Qu,
-                                                            SZu, sbf, i32(H), i32(I), act))
+    W = (cp.concatenate([Qg, Qu]), cp.concatenate([SZg, SZu]), sbf)  # the backend's [gate rows; up rows]
+    gemv(k, "w4").gateup(cp.asarray(x), cp.asarray(ln), 1e-6, W, H, I, act, blocks)
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
     assert rel(act.get(), ops.silu_mul(h @ wg.T, h @ wu.T)) < 1e-5
 
@@ -420,6 +424,5 @@ def test_w4_proj_residual(k, scale_dtype, K, N, kv, blocks):
     Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
     y0 = rng.standard_normal(N).astype(np.float32)
     y = cp.asarray(y0)
-    S = K // 256 // kv
-    getattr(k, f"w4_proj_{kv}")((blocks,), (256,), (cp.asarray(a), Q, SZ, sbf, i32(K), i32(N), y, i32(S)))
+    gemv(k, "w4").proj(cp.asarray(a), (Q, SZ, sbf), K, N, y, kv, blocks)
     assert rel(y.get() - y0, ops.linear(a, w)) < 1e-5

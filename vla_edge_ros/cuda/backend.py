@@ -37,7 +37,7 @@ from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
 from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
-from .launch import Gemm, Launcher
+from .launch import Gemm, Gemv, Launcher, attention
 
 NULLP = np.uint64(0)  # a null pointer kernel argument
 i32, f32 = np.int32, np.float32
@@ -89,6 +89,7 @@ class CudaBackend:
         self.weight_format = cfg.weight_format
         self.w4 = self.weight_format == "w4"
         self._upload_weights(weights)
+        self.gemv_launch = Gemv(self.k, self.weight_format)
         self.gemv = self._gemv_plan()
         self.gemm = Gemm(self.k, self.weight_format, self.lay.rows)
         self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
@@ -188,16 +189,12 @@ class CudaBackend:
             else:
                 kv = max(d for d in range(1, PROJ_KV[fmt][key] + 1) if chunks % d == 0)
             S = chunks // kv
-            if self.w4:
-                name = f"w4_{'proj' if key in ('o', 'down') else key}_{kv}"
-                rb = W4_RB[key]
-            else:
-                name = f"g4_{'proj' if key in ('o', 'down') else key}_{kv}x1"
-                rb = 1
+            name = self.gemv_launch.name("proj" if key in ("o", "down") else key, kv)
+            rb = W4_RB[key] if self.w4 else 1
             per_sm = self.launch.blocks_per_sm(name, fallback=1 if key == "gateup" else 2)
             units = math.ceil(N / rb) * S
             blocks = max(math.ceil(S / 8), min(self.sms * per_sm, math.ceil(units / 8)))
-            plan[key] = {"name": name, "S": S, "blocks": blocks}
+            plan[key] = {"name": name, "kv": kv, "S": S, "blocks": blocks}
         return plan
 
     def _gemm(self, X, W, Y, N, K, mode):
@@ -213,9 +210,7 @@ class CudaBackend:
         """All layers for T tokens at positions n_prefix..n_prefix+T-1 (x in self.x_pre); plain launches."""
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
-        nrg = math.ceil(T * self.group / 64)
         nsp = self.lay.prefill_splits
-        scale = f32(math.log2(math.e) / math.sqrt(D))
         go = self.launch
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
@@ -225,12 +220,9 @@ class CudaBackend:
             go("kv_write", (max(1, T * 2 * NKVD // 256),), (256,),
                (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc, self.order_dev, self.params_dev, i32(0),
                 i32(cap)), dependent=False)
-            go("attn_partial", (self.NKV, nrg, nsp), (128,),
-               (self.qkv, i32(NQKV), kc, vc, self.order_dev, self.params_dev, i32(0), i32(T), i32(self.group),
-                i32(cap), self.cos, self.sin, scale, i32(bidir_from), self.part_o, self.part_ml), dependent=False)
-            go("attn_combine", (self.NKV * nrg * 64,), (128,),
-               (self.part_o, self.part_ml, i32(nrg), i32(nsp), i32(T), i32(self.group), i32(NQ), self.att,
-                self.att_bf), dependent=False)
+            attention(self.k, self.qkv, NQKV, kc, vc, self.order_dev, self.params_dev, 0, T, self.NKV, self.group, cap,
+                      self.cos, self.sin, bidir_from, nsp, self.part_o, self.part_ml, self.att, self.att_bf, run=go,
+                      dependent=False)
             self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
             go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
                dependent=False)
@@ -241,44 +233,24 @@ class CudaBackend:
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
         NQ, NKVD, D, cap = self.NQ, self.NKVD, self.D, self.capacity
         q_off = i32(VISION_TOKENS + step)
-        scale = f32(math.log2(math.e) / math.sqrt(D))
         nsp = self.lay.decode_splits
-        go, g = self.launch, self.gemv
+        go, g, gv = self.launch, self.gemv, self.gemv_launch
         go("embed_gather", (max(1, H // 256),), (256,), (self.emb_act, self.start_dev, self.tokidx_dev, i32(H),
                                                          self.xdec))
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
-            c = g["qkv"]
-            go(c["name"], (c["blocks"],), (256,),
-               (self.xdec, lw["ln1"], eps, *self._wargs(lw["wqkv"]), lw["bqkv"], i32(H), i32(NQ), i32(NKVD), self.qdec,
-                kc, vc, self.order_dev, self.params_dev, q_off, i32(cap), i32(D)))
-            go("attn_partial", (self.NKV, 1, nsp), (128,),
-               (self.qdec, i32(NQ), kc, vc, self.order_dev, self.params_dev, q_off, i32(1), i32(self.group),
-                i32(cap), self.cos, self.sin, scale, i32(1), self.part_o, self.part_ml))
-            go("attn_combine", (self.NKV * 64,), (128,),
-               (self.part_o, self.part_ml, i32(1), i32(nsp), i32(1), i32(self.group), i32(NQ), self.attdec, NULLP))
-            c = g["o"]
-            go(c["name"], (c["blocks"],), (256,), (self.attdec, *self._wargs(lw["wo"]), i32(NQ), i32(H), self.xdec,
-                                                   i32(c["S"])))
-            c = g["gateup"]
-            if self.w4:
-                Q, SZ = lw["wgu"]
-                gate = (Q[:I], SZ[:I], Q[I:], SZ[I:], self.sbf)
-            else:
-                gate = (lw["wgu"],)
-            go(c["name"], (c["blocks"],), (256,), (self.xdec, lw["ln2"], eps, *gate, i32(H), i32(I), self.act))
-            c = g["down"]
-            go(c["name"], (c["blocks"],), (256,), (self.act, *self._wargs(lw["wd"]), i32(I), i32(H), self.xdec,
-                                                   i32(c["S"])))
+            gv.qkv(self.xdec, lw["ln1"], eps, self._w(lw["wqkv"]), lw["bqkv"], H, NQ, NKVD, self.qdec, kc, vc,
+                   self.order_dev, self.params_dev, q_off, cap, D, g["qkv"]["blocks"], run=go)
+            attention(self.k, self.qdec, NQ, kc, vc, self.order_dev, self.params_dev, q_off, 1, self.NKV, self.group,
+                      cap, self.cos, self.sin, 1, nsp, self.part_o, self.part_ml, self.attdec, run=go)
+            gv.proj(self.attdec, self._w(lw["wo"]), NQ, H, self.xdec, g["o"]["kv"], g["o"]["blocks"], run=go)
+            gv.gateup(self.xdec, lw["ln2"], eps, self._w(lw["wgu"]), H, I, self.act, g["gateup"]["blocks"], run=go)
+            gv.proj(self.act, self._w(lw["wd"]), I, H, self.xdec, g["down"]["kv"], g["down"]["blocks"], run=go)
         self._head(self.xdec, step)
 
     def _w(self, w):
         """A projection's weight: W for bf16, (Q, SZ, sbf) for 4-bit."""
         return (w[0], w[1], self.sbf) if self.w4 else w
-
-    def _wargs(self, w):
-        """A projection's weight as GEMV kernel arguments: (W,) for bf16, (Q, SZ, sbf) for 4-bit."""
-        return (w[0], w[1], self.sbf) if self.w4 else (w,)
 
     def _head(self, x, step: int):
         eps = f32(self.cfg.rms_norm_eps)

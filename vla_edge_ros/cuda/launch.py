@@ -173,3 +173,72 @@ class Gemm:
             getattr(self.k, self.name)(grid, (self.threads,), args, shared_mem=self.smem)
         else:
             run(self.name, grid, (self.threads,), args, shared_mem=self.smem, dependent=False)
+
+
+class Gemv:
+    """Typed launchers of the decode GEMVs (kernels/gemv.cu for "bf16", gemv_w4.cu for "w4"), used by the backend
+    and the tests alike. W: the bf16 array, or the (Q, SZ, sbf) triple. ``kv``: 256-wide K chunks a lane holds per
+    segment (the kernel instance); ``blocks``: the grid; ``run``: a callable with the Launcher's signature, or None
+    for a plain launch of the function."""
+
+    def __init__(self, kernels, fmt: str):
+        if fmt not in ("bf16", "w4"):
+            raise ValueError(f"no decode GEMV for weights {fmt!r}")
+        self.k, self.fmt = kernels, fmt
+
+    def name(self, op: str, kv: int) -> str:
+        """The kernel instance: op "qkv" | "gateup" | "proj", kv chunks of 256 a lane."""
+        return f"g4_{op}_{kv}x1" if self.fmt == "bf16" else f"w4_{op}_{kv}"
+
+    def _w(self, W) -> tuple:
+        return (W,) if self.fmt == "bf16" else (W[0], W[1], np.int32(W[2]))
+
+    def _go(self, run, name, blocks, args):
+        if run is None:
+            getattr(self.k, name)((int(blocks),), (256,), args)
+        else:
+            run(name, (int(blocks),), (256,), args)
+
+    def qkv(self, x, ln, eps, W, bias, H, NQ, NKVD, q, kc, vc, order, params, q_off, cap, D, blocks, run=None):
+        """q = rms_norm(x) Wq^T + bq (fp32), K/V rows of the same into slot order[params[0] + q_off] (bf16)."""
+        i = np.int32
+        self._go(run, self.name("qkv", H // 256), blocks,
+                 (x, ln, np.float32(eps), *self._w(W), bias, i(H), i(NQ), i(NKVD), q, kc, vc, order, params, i(q_off),
+                  i(cap), i(D)))
+
+    def gateup(self, x, ln, eps, W, H, I, act, blocks, run=None):  # noqa: E741 - I: the intermediate size
+        """act = silu(rms_norm(x) Wg^T) * (rms_norm(x) Wu^T), W = [gate rows; up rows] (2I rows)."""
+        i = np.int32
+        if self.fmt == "bf16":
+            w = (W,)
+        else:
+            Q, SZ, sbf = W
+            w = (Q[:I], SZ[:I], Q[I:], SZ[I:], i(sbf))
+        self._go(run, self.name("gateup", H // 256), blocks, (x, ln, np.float32(eps), *w, i(H), i(I), act))
+
+    def proj(self, a, W, K, N, y, kv, blocks, run=None):
+        """y += a W^T (o / down projection + residual), K split into K / 256 / kv segments."""
+        i = np.int32
+        self._go(run, self.name("proj", kv), blocks, (a, *self._w(W), i(K), i(N), y, i(K // 256 // kv)))
+
+
+def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,
+              part_o, part_ml, out, out_bf=None, run=None, dependent=True):
+    """Typed launcher of kernels/attention.cu for one layer: attn_partial over (nkv, row groups, nsplit) blocks,
+    then attn_combine into out [T, nkv*group*128] fp32 (and out_bf bf16 when given). Query t of q (row stride
+    q_stride) has position params[0] + q_off + t; rows t >= bidir_from see every key of the call."""
+    i = np.int32
+    D = 128
+    nrg = -(-T * group // 64)
+    scale = np.float32(np.log2(np.e) / np.sqrt(D))
+    calls = (("attn_partial", (nkv, nrg, nsplit),
+              (q, i(q_stride), kc, vc, order, params, i(q_off), i(T), i(group), i(cap), cos, sin, scale,
+               i(bidir_from), part_o, part_ml)),
+             ("attn_combine", (nkv * nrg * 64,),
+              (part_o, part_ml, i(nrg), i(nsplit), i(T), i(group), i(nkv * group * D), out,
+               np.uint64(0) if out_bf is None else out_bf)))
+    for name, grid, args in calls:
+        if run is None:
+            getattr(kernels, name)(grid, (128,), args)
+        else:
+            run(name, grid, (128,), args, dependent=dependent)
