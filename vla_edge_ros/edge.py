@@ -8,8 +8,10 @@ What is counted (the floor): layer weights at their storage format, the final no
 head, the KV read and written, the vision projector and the frame. Intermediate activations are not counted
 (they are small for decode and assumed to stay in cache for the 32-40 prefill rows).
 
-Boards come from ``config/boards.yaml`` (installed to the package's share directory, or the repository's
-``config/`` in a source checkout).
+Bytes are one bound; where the engine was measured with the GPU confined to a board's SM count (chunk_bench
+--sms), :func:`compute_bound` gives the other (compute/latency), and vla-edge-plan prints both. Boards and the
+engine's measurements come from ``config/boards.yaml`` (installed to the package's share directory, or the
+repository's ``config/`` in a source checkout).
 """
 from __future__ import annotations
 
