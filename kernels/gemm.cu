@@ -7,11 +7,11 @@
 // Twins: ops.linear (on QuantTensor.dequantize() for 4-bit), ops.silu_mul for mode 2.
 //
 // Structure (W4A16 in the Marlin manner: the weights are dequantized inside a pipelined tensor-core loop):
-// a block of 4 warps owns GEMM_NB = 128 W rows (a warp 32: four n-tiles of 8) and a K range of 64-wide chunks
-// (grid.y splits K). Each chunk's X tile (T x 64 bf16) and W tile (128 rows x 64: 16 KB bf16, 4 KB of nibbles
-// + 512 B of scale|zero) are copied global -> shared with cp.async, GEMM_STAGES deep, so a block keeps three
-// chunks of weights in flight while it multiplies the fourth, and the four warps share one copy of X (the old
-// kernel re-read X from L2 in every warp). Fragments are read from shared memory with 16-byte loads (X and
+// a block owns GEMM_NB = 128 W rows (a warp 32: four n-tiles of 8) and a K range (grid.y splits K); bf16: 4 warps,
+// 4-bit: 8 warps in two groups along K (KW below). Each 64-wide chunk's X tile (T x 64 bf16) and W tile (128 rows
+// x 64: 16 KB bf16, 4 KB of nibbles + 512 B of scale|zero) are copied global -> shared with cp.async, GEMM_STAGES
+// stages deep, so a block keeps three stages of weights in flight while it multiplies the fourth, and the warps
+// share one copy of X (the previous kernel re-read X from L2 in every warp). Fragments are read from shared memory with 16-byte loads (X and
 // bf16 W tiles XOR-swizzled by row, conflict-free). K is permuted consistently for A and B inside each chunk:
 // lane q of a row takes the chunk's elements 16q..16q+15 (two 16-byte words), mma step s uses elements
 // 4s..4s+3 of those (the dot product does not depend on the order of k).
