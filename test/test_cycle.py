@@ -166,6 +166,24 @@ def test_probes_come_quickly_then_back_off_while_refusing(engine):
     assert out.probe and run == 3
 
 
+def test_a_probe_that_fits_its_budget_is_followed_by_another_at_once(engine):
+    """A probe that fitted the budget it was refused with: the next refused cycle probes again (the EMAs then come
+    down within a few cycles instead of one step per backed-off probe)."""
+    cyc, fb = make_cycle(engine, period_ms=1000.0, margin_ms=2.0, probe_after=30, warm=False)
+    # an estimate far above the budget, but the real chunk (tiny model, 4 frames) fits 998 ms on any host
+    cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))
+    kinds = []
+    for i in range(8):
+        fb.publish(frame(i), stamp_ns=i)
+        out = cyc.tick()
+        cyc.drain(timeout=5.0)
+        kinds.append("probe" if out.probe else out.reason)
+        if out.reason == "fresh":
+            break
+    assert kinds[:4] == ["refused", "refused", "refused", "probe"], kinds
+    assert kinds[4] == "probe", kinds  # the first probe fitted: the very next refused cycle probes again
+
+
 def test_cold_without_measurements(engine):
     cyc, fb = make_cycle(engine, warm=False)
     fb.publish(frame(1), stamp_ns=1)

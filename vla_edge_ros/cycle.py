@@ -15,9 +15,12 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): while
    refusing, one chunk runs in the background (its action unused, nothing waits for it), because the EMAs
    only learn from chunks that run and a slow spell would otherwise keep the estimate above the budget, and
-   the model off, for good. The first probe comes after PROBE_FIRST_AFTER refusals in a row, each further
-   one after twice as many, up to `probe_after`: a passing stall is re-measured within ~0.1 s, a model that
-   really does not fit costs one background chunk per `probe_after` cycles;
+   the model off, for good. The first probe comes after PROBE_FIRST_AFTER refusals in a row. A probe that
+   fitted the budget it was refused with is followed by another at the next refusal; one that did not fit
+   doubles the wait, up to `probe_after`. Probing often while the model fits matters on a busy CPU: a chunk
+   run after a long idle gap was measured 2-5x slower than one run every cycle (BENCHMARKS.md, "Admission
+   on a slow host"), so rare probes would keep the estimate above the budget. A model that really does not
+   fit costs one background chunk per `probe_after` cycles;
 4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
    (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the engine
    raised -> fallback `engine_error`;
@@ -154,7 +157,7 @@ class CycleOutcome:
 
 
 REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)
-PROBE_FIRST_AFTER = 3  # refusals in a row before the first probe of a refusing spell (then 6, 12, ...)
+PROBE_FIRST_AFTER = 3  # refusals in a row before the first probe of a refusing spell
 WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack...
 WAKE_LAG_MEMORY_S = 60.0  # ...for at most this long, so one bad spell does not shrink the budget for good
 
@@ -189,6 +192,7 @@ class ReasoningCycle:
         self._last_action = np.zeros(ACTION_TOKENS, np.float32)  # last action handed out ("hold")
         self._pending: concurrent.futures.Future | None = None  # a chunk that missed its deadline
         self._pending_seq = -1
+        self._probe_budget_ms: float | None = None  # the pending chunk is a probe refused with this budget
         self._grid_origin: float | None = None  # the tick grid: origin + k * period
         self._last_slot: int | None = None  # grid slot of the latest tick
         self._last_publish: float | None = None  # when the previous action was published (gap statistics)
@@ -395,12 +399,17 @@ class ReasoningCycle:
             return
         self._pending = None
         out.late_frame_seq = self._pending_seq
+        probe_budget, self._probe_budget_ms = self._probe_budget_ms, None
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001
             self.engine_errors += 1
             out.late_error = f"{type(e).__name__}: {e}"
+            if probe_budget is not None:
+                self._next_probe_gap(fitted=False)
             return
+        if probe_budget is not None:
+            self._next_probe_gap(fitted=res.timings.total_ms <= probe_budget)
         self.late_results += 1
         out.late_chunk = res
         self._learn(res.timings)
@@ -411,19 +420,25 @@ class ReasoningCycle:
         runs on the engine worker like a late chunk (later ticks say `busy`, the harvest learns its
         timings) and its action is never used. Nothing waits for it, so it cannot make a publish late."""
         self._refusals_in_row = 0
-        self._probe_gap = min(2 * self._probe_gap, self.probe_after)
         self.probes += 1
         out.probe = True
         try:
             self._pending = self.engine.submit(np.array(frame.image, copy=True))
             self._pending_seq = frame.seq
+            self._probe_budget_ms = out.remaining_ms
         except Exception as e:  # noqa: BLE001 - a probe that cannot start is an engine error, not a crash
             self.engine_errors += 1
             out.error = f"{type(e).__name__}: {e}"
+            self._next_probe_gap(fitted=False)
         return self._fallback(out, "refused")
 
     def _first_probe_gap(self) -> int:
         return min(PROBE_FIRST_AFTER, self.probe_after) if self.probe_after > 0 else 0
+
+    def _next_probe_gap(self, fitted: bool) -> None:
+        """After a probe: the next at the very next refusal if it fitted its budget, else after twice as many."""
+        if self.probe_after > 0:
+            self._probe_gap = 0 if fitted else min(max(2 * self._probe_gap, PROBE_FIRST_AFTER), self.probe_after)
 
     def _learn(self, timings: PhaseTimings) -> None:
         try:

@@ -85,9 +85,10 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("action_frame_id", "base_link", "header.frame_id of ~/action.", tunable=True),
     Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
-    Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, so the deadline "
-         "guard wakes on time on a busy CPU; 0: normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; "
-         "refused -> a warning and normal scheduling.", 0, 99),
+    Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, and this minus 1 "
+         "of the engine worker, so the deadline guard wakes and gets the interpreter on time on a busy CPU; 0: "
+         "normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; refused -> a warning and normal scheduling.",
+         0, 99),
     Spec("autostart", True, "Configure and activate the (lifecycle) node at start-up; false: it waits in "
          "'unconfigured' for lifecycle transitions (ros2 lifecycle set /vla_edge configure, then activate)."),
     Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0,

@@ -356,6 +356,11 @@ class ReasoningNode(LifecycleNode):
         engine = self._make_engine(self._engine_factory, model_path)
         try:
             self._install_test_fault(engine)
+            if p["realtime_priority"] > 0 and hasattr(engine, "set_worker_priority"):
+                # one level below the executor thread: never preempted by other processes while it holds the GIL
+                refused = engine.set_worker_priority(max(1, p["realtime_priority"] - 1))
+                if refused:
+                    self.get_logger().warn(f"engine worker: {refused}")
             # a parallel-decoding model's chunk is one 40-token prefill and no decode phase
             prefill_tokens, decode_tokens = getattr(engine, "phase_tokens", (VISION_TOKENS, ACTION_TOKENS))
             admission = AdmissionController(

@@ -167,12 +167,15 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
                                fallback="zero", stats=stats, probe_after=args.probe_after)
         vram = VramSampler(interval_s=0.05)
         vram.start()
-        refused = set_realtime_priority(args.realtime_priority)  # this thread runs the cycle, as the node's timer
+        # this thread runs the cycle, as the node's timer; the engine worker one level below it
+        refused = (set_realtime_priority(args.realtime_priority)
+                   or engine.set_worker_priority(max(1, args.realtime_priority - 1) if args.realtime_priority else 0))
         if refused:
             print(f"vla-edge-bench: {refused}", file=sys.stderr, flush=True)
         camera = CameraReplay(frames, args.camera_hz, fb)
         camera_index_of_frame_id: dict[int, int] = {}
         chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
+        publish_lags: list[float] = []  # overruns: publish time - the guard's wait end (ms)
         cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
         per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": []}
         period = args.period_ms / 1000.0
@@ -203,6 +206,8 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             per_cycle["reason"].append(out.reason)
             per_cycle["estimate_ms"].append(out.estimate_ms)
             per_cycle["remaining_ms"].append(out.remaining_ms)
+            if out.wait_until is not None and (out.reason == "overrun" or t_publish > out.deadline):
+                publish_lags.append((t_publish - out.wait_until) * 1000.0)  # how late the guard really published
             if out.late_chunk is not None:
                 note_chunk(out.late_chunk, out.late_frame_seq, t0 - start)
                 chunk_totals.append(out.late_chunk.timings.total_ms)
@@ -270,6 +275,8 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             # what admission predicted against what it had: the estimate's median and the median time left
             "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
             "admission_budget_ms_p50": _median(per_cycle["remaining_ms"]),
+            "guard_publish_lag_ms": [round(x, 2) for x in publish_lags],
+            "wake_slack_ms_end": cycle.wake_slack_s * 1000.0,
         }
         metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
