@@ -48,7 +48,7 @@ def micro_model():
 @pytest.fixture(scope="session")
 def small_model(tmp_path_factory):
     """The small preset: too slow for a 33 ms cycle on any CPU (the deadline guard's tests)."""
-    from vla_edge_ros.tools.make_model import make_model
+    from vla_edge_ros.model.generate import make_model
 
     d = tmp_path_factory.mktemp("models") / "small"
     make_model(str(d), preset="small", seed=0)

@@ -227,7 +227,7 @@ def micro_model_dir() -> str:
     import shutil
     import tempfile
 
-    from vla_edge_ros.tools.make_model import make_model
+    from vla_edge_ros.model.generate import make_model
 
     d = tempfile.mkdtemp(prefix="vla-test-micro-")
     atexit.register(shutil.rmtree, d, True)

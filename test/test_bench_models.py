@@ -6,7 +6,7 @@ import json
 import pytest
 
 from vla_edge_ros.tools import bench
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from vla_edge_ros.constants import ACTION_TOKENS
 from vla_edge_ros.model.config import PRESETS
 from vla_edge_ros.model.reference import ReferenceModel
 from vla_edge_ros.model.weights import load_weights
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 pytestmark = pytest.mark.gpu
 try:  # collected without CuPy too: conftest skips each gpu case with its reason, so CI counts them

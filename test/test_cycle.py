@@ -9,7 +9,7 @@ from vla_edge_ros.admission import AdmissionController, PhaseTimings
 from vla_edge_ros.cycle import ReasoningCycle
 from vla_edge_ros.engine import Engine
 from vla_edge_ros.frame_buffer import FrameBuffer
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 CAPACITY = 16 + 8 + 32 * 4  # prompt + action slots + 4 frames: small and fast on the CPU
 

@@ -10,7 +10,7 @@ import pytest
 from vla_edge_ros import edge
 from vla_edge_ros.eviction import make_policy
 from vla_edge_ros.kv_cache import KvCache
-from vla_edge_ros.model.config import PRESETS
+from vla_edge_ros.model.config import ACTION_DECODING, PRESETS
 from vla_edge_ros.tools import plan as plan_tool
 from vla_edge_ros.vram_plan import vram_plan
 
@@ -110,7 +110,7 @@ def test_more_keys_more_bytes():
 
 
 def test_w4_is_less_than_bf16_and_parallel_less_than_autoregressive():
-    for d in edge.DECODING:
+    for d in ACTION_DECODING:
         assert edge.chunk_bytes(BIG, 4096, weights="w4", decoding=d)["total"] < \
             edge.chunk_bytes(BIG, 4096, weights="bf16", decoding=d)["total"]
     for w in edge.WEIGHT_FORMATS:

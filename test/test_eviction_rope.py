@@ -23,7 +23,7 @@ import pytest
 
 from vla_edge_ros.constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, VISION_TOKENS
 from vla_edge_ros.engine import Engine
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ from vla_edge_ros.admission import AdmissionController, PhaseTimings
 from vla_edge_ros.cycle import ReasoningCycle
 from vla_edge_ros.engine import Engine
 from vla_edge_ros.frame_buffer import FrameBuffer
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 PERIOD_MS, MARGIN_MS = 1000.0, 2.0  # generous: a loaded machine still admits every chunk
 MAX_AGE_MS = 500.0
@@ -49,10 +49,15 @@ def frame(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (64, 128, 3), dtype=np.uint8)
 
 
+def seeded_admission(clock, first: PhaseTimings) -> AdmissionController:
+    adm = AdmissionController(period_ms=PERIOD_MS, safety_margin_ms=MARGIN_MS, require_warm=True, clock=clock)
+    adm.update(first)
+    return adm
+
+
 def setup(engine, mode):
     clock = Clock()
-    adm = AdmissionController(period_ms=PERIOD_MS, safety_margin_ms=MARGIN_MS, require_warm=True, clock=clock)
-    adm.update(CHEAP)
+    adm = seeded_admission(clock, CHEAP)
     fb = FrameBuffer(pinned=False)
     cyc = ReasoningCycle(engine, fb, adm, period_ms=PERIOD_MS, safety_margin_ms=MARGIN_MS,
                          max_frame_age_ms=MAX_AGE_MS, fallback=mode, clock=clock)
@@ -80,7 +85,8 @@ def provoke(reason, cyc, fb, clock, engine, seed):
         engine.fault_hook = boom
         fb.publish(frame(seed), stamp_ns=seed, recv_time=clock())
     elif reason == "refused":
-        cyc.admission.update(HUGE)  # the estimate jumps far above the budget
+        # the estimate far above the budget: a controller whose first sample is huge (later samples are clipped)
+        cyc.admission = seeded_admission(clock, HUGE)
         fb.publish(frame(seed), stamp_ns=seed, recv_time=clock())
     out = cyc.tick()
     engine.fault_hook = None
@@ -90,9 +96,7 @@ def provoke(reason, cyc, fb, clock, engine, seed):
 
 def recover(reason, cyc, clock):
     if reason == "refused":
-        cyc.admission.configure(ema_alpha=1.0)
-        cyc.admission.update(CHEAP)
-        cyc.admission.configure(ema_alpha=0.2)
+        cyc.admission = seeded_admission(clock, CHEAP)
 
 
 REASONS = ["stale_frame", "engine_error", "refused"]

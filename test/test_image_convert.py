@@ -10,16 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vla_edge_ros.constants import FRAME_H, FRAME_W
-from vla_edge_ros.nodes.image_convert import (
+from vla_edge_ros.image_convert import (
     ENCODINGS,
     ImageError,
     compressed_msg_to_rgb,
     encode_jpeg,
     image_msg_to_rgb,
-    render_debug,
     rgb_to_image_fields,
     to_model_frame,
 )
+from vla_edge_ros.nodes.debug_image import render_debug
 
 
 def raw_msg(arr: np.ndarray, encoding: str, step: int | None = None, bigendian: bool = False, pad: int = 0):
@@ -251,7 +251,7 @@ def png_bomb(side: int = 30000) -> bytes:
 
 
 def test_header_dimensions_of_png_and_jpeg():
-    from vla_edge_ros.nodes.image_convert import compressed_dimensions
+    from vla_edge_ros.image_convert import compressed_dimensions
 
     rgb = gradient(240, 320)
     assert compressed_dimensions(encode_jpeg(rgb)) == ("jpeg", 320, 240)
@@ -317,7 +317,7 @@ def test_raw_caps_are_checked_before_conversion():
 
 def test_an_8k_rgb8_frame_is_refused_by_the_default_caps_without_converting_it():
     from vla_edge_ros.nodes import params as P
-    from vla_edge_ros.nodes.image_convert import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
+    from vla_edge_ros.image_convert import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 
     d = P.defaults(P.CAMERA_SPECS)
     assert (d["max_image_bytes"], d["max_image_pixels"]) == (DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS)

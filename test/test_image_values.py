@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("cv2")
 
 from vla_edge_ros.constants import FRAME_H, FRAME_W  # noqa: E402
-from vla_edge_ros.nodes.image_convert import image_msg_to_rgb, render_debug  # noqa: E402
+from vla_edge_ros.image_convert import image_msg_to_rgb  # noqa: E402
+from vla_edge_ros.nodes.debug_image import render_debug  # noqa: E402
 
 RGB = (200, 100, 30)
 # Colour index (0 R, 1 G, 2 B) at [row % 2][col % 2] for each ROS Bayer pattern: the name reads row 0 then row 1.

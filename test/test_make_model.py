@@ -11,6 +11,8 @@ import pytest
 from vla_edge_ros.model import safetensors_io
 from vla_edge_ros.model.safetensors_io import ModelLoadError, load_file
 from vla_edge_ros.model.weights import load_weights
+from vla_edge_ros.model import generate
+from vla_edge_ros.model.generate import make_model
 from vla_edge_ros.tools import make_model as mm
 from vla_edge_ros.tools import quantize as qz
 
@@ -49,7 +51,7 @@ def test_make_model_refuses_non_empty_out_and_force_replaces_without_mixing(tmp_
 
 def test_make_model_is_atomic_when_writing_fails(tmp_path, monkeypatch):
     out = tmp_path / "m"
-    mm.make_model(str(out), "micro", seed=1)
+    make_model(str(out), "micro", seed=1)
     before = {f: open(out / f, "rb").read() for f in _listing(out)}
     real = safetensors_io.save_file
     calls = []
@@ -60,14 +62,14 @@ def test_make_model_is_atomic_when_writing_fails(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(tensors, path, metadata)
 
-    monkeypatch.setattr(mm, "save_file", failing)
+    monkeypatch.setattr(generate, "save_file", failing)
     with pytest.raises(OSError):
-        mm.make_model(str(out), "micro", seed=2, shards=2, force=True)
+        make_model(str(out), "micro", seed=2, shards=2, force=True)
     assert {f: open(out / f, "rb").read() for f in _listing(out)} == before  # old model intact, nothing mixed in
     assert _no_temp_dirs(tmp_path)
     calls.clear()
     with pytest.raises(OSError):
-        mm.make_model(str(tmp_path / "new"), "micro", seed=2, shards=2)
+        make_model(str(tmp_path / "new"), "micro", seed=2, shards=2)
     assert not (tmp_path / "new").exists()  # no half model under the final name
     assert _no_temp_dirs(tmp_path)
 
@@ -88,7 +90,7 @@ except ModelLoadError as e:
 def test_absurd_layer_count_is_refused_before_anything_is_built(tmp_path):
     """Run in a child with 1.5 GB of address space and a deadline, so the bug (expanding 16M layers of tensor
     names) fails this test in seconds instead of running the machine out of memory."""
-    d = mm.make_model(str(tmp_path / "m"), "micro", seed=0)
+    d = make_model(str(tmp_path / "m"), "micro", seed=0)
     p = os.path.join(d, "config.json")
     raw = json.load(open(p))
     raw["num_hidden_layers"] = 16777216
@@ -108,7 +110,7 @@ def test_absurd_layer_count_is_refused_before_anything_is_built(tmp_path):
 
 @pytest.mark.parametrize("weight_map", [["model-00001-of-00002.safetensors"], {"a": 3}, "x"])
 def test_shard_index_with_a_bad_weight_map_names_the_file(tmp_path, weight_map):
-    d = mm.make_model(str(tmp_path / "m"), "micro", seed=0, shards=2)
+    d = make_model(str(tmp_path / "m"), "micro", seed=0, shards=2)
     index = os.path.join(d, "model.safetensors.index.json")
     json.dump({"metadata": {}, "weight_map": weight_map}, open(index, "w"))
     with pytest.raises(ModelLoadError) as e:
@@ -117,11 +119,11 @@ def test_shard_index_with_a_bad_weight_map_names_the_file(tmp_path, weight_map):
 
 
 def test_quantize_tool_equals_make_model_quant_and_copies_other_files(tmp_path, capsys):
-    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=5)
+    src = make_model(str(tmp_path / "bf16"), "micro", seed=5)
     open(os.path.join(src, "tokenizer.json"), "w").write('{"model": {}}')
     assert qz.main(["--model", src, "--format", "compressed-tensors", "--out", str(tmp_path / "q")]) == 0
     assert "quantized 7 linears of 1 layers" in capsys.readouterr().out
-    ref = mm.make_model(str(tmp_path / "ref"), "micro", seed=5, quant="compressed-tensors")
+    ref = make_model(str(tmp_path / "ref"), "micro", seed=5, quant="compressed-tensors")
     got = load_file(str(tmp_path / "q" / "model.safetensors"))
     want = load_file(os.path.join(ref, "model.safetensors"))
     assert sorted(got) == sorted(want)
@@ -140,14 +142,14 @@ def test_quantize_tool_equals_make_model_quant_and_copies_other_files(tmp_path, 
 @pytest.mark.parametrize("case", ["non-empty out", "already quantized", "missing model", "symmetric awq",
                                   "out is the model", "broken model"])
 def test_quantize_refusals_are_one_line(tmp_path, capsys, case):
-    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=5)
+    src = make_model(str(tmp_path / "bf16"), "micro", seed=5)
     out = tmp_path / "out"
     args = ["--model", src, "--format", "awq", "--out", str(out)]
     if case == "non-empty out":
         out.mkdir()
         (out / "keep").write_text("mine")
     elif case == "already quantized":
-        args[1] = mm.make_model(str(tmp_path / "q"), "micro", seed=5, quant="awq")
+        args[1] = make_model(str(tmp_path / "q"), "micro", seed=5, quant="awq")
     elif case == "missing model":
         args[1] = str(tmp_path / "nope")
     elif case == "symmetric awq":
@@ -183,7 +185,7 @@ def test_calibration_inputs_are_the_models_own_activations(tmp_path):
     from vla_edge_ros.model.reference import ReferenceModel
     from vla_edge_ros.model.safetensors_io import bf16_to_f32
 
-    w = load_weights(mm.make_model(str(tmp_path / "m"), "tiny", seed=2))
+    w = load_weights(make_model(str(tmp_path / "m"), "tiny", seed=2))
     frames = np.random.default_rng().integers(0, 256, (3, 64, 128, 3), dtype=np.uint8)
     got = dict(qz.calibration_inputs(w, frames, max_tokens=1000))
     ref = ReferenceModel(w, 96)
@@ -199,7 +201,7 @@ def test_clip_search_lowers_the_calibration_error_and_the_output_loads(tmp_path,
     from vla_edge_ros.model import quant as Q
     from vla_edge_ros.model.safetensors_io import bf16_to_f32
 
-    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=int(np.random.default_rng().integers(1000)))
+    src = make_model(str(tmp_path / "bf16"), "micro", seed=int(np.random.default_rng().integers(1000)))
     out = tmp_path / "q"
     assert qz.main(["--model", src, "--format", "compressed-tensors", "--calib-clip", "synthetic",
                     "--calib-frames", "4", "--out", str(out)]) == 0
@@ -219,7 +221,7 @@ def test_clip_search_lowers_the_calibration_error_and_the_output_loads(tmp_path,
 
 
 def test_bad_calibration_clip_is_one_line(tmp_path, capsys):
-    src = mm.make_model(str(tmp_path / "bf16"), "micro", seed=1)
+    src = make_model(str(tmp_path / "bf16"), "micro", seed=1)
     assert qz.main(["--model", src, "--format", "awq", "--calib-clip", str(tmp_path / "none.mp4"),
                     "--out", str(tmp_path / "q")]) == 2
     err = capsys.readouterr().err.strip()

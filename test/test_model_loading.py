@@ -12,7 +12,7 @@ from vla_edge_ros.model.config import PRESETS, ModelConfig
 from vla_edge_ros.model.safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, save_file
 from vla_edge_ros.model.weights import load_weights
 from vla_edge_ros.tools.make_model import main as make_model_main
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 
 @pytest.fixture(scope="module")

@@ -106,12 +106,14 @@ def test_camera_validation():
         P.validate_camera({"qos_reliability": "sometimes"})
 
 
-def test_tiny_model_cache_dir(monkeypatch, tmp_path):
+def test_generated_models_go_to_the_cache(monkeypatch, tmp_path):
+    from vla_edge_ros.cache import cache_root, generated_model
+
     monkeypatch.setenv("VLA_EDGE_CACHE", str(tmp_path))
-    assert P.tiny_model_cache_dir(0) == tmp_path / "tiny-seed0"
-    assert P.tiny_model_cache_dir(1, "small") == tmp_path / "small-seed1"
+    assert generated_model("micro", 1) == str(tmp_path / "micro-seed1")
+    assert (tmp_path / "micro-seed1" / "config.json").is_file()
     monkeypatch.delenv("VLA_EDGE_CACHE")
-    assert P.cache_root().name in ("cache", "vla_edge_ros")  # out/cache in-tree, else XDG/vla_edge_ros
+    assert cache_root().name in ("cache", "vla_edge_ros")  # out/cache in-tree, else XDG/vla_edge_ros
 
 
 def test_config_file_matches_the_tables():

@@ -14,7 +14,7 @@ from vla_edge_ros.model import quant as Q
 from vla_edge_ros.model.reference import ReferenceModel
 from vla_edge_ros.model.safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, save_file
 from vla_edge_ros.model.weights import LAYER_TENSORS, LINEARS, Weights, load_weights
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh each run, printed on failure
 

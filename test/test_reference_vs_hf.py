@@ -19,7 +19,7 @@ from vla_edge_ros.constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from vla_edge_ros.engine import system_prompt_ids
 from vla_edge_ros.model.reference import ReferenceModel
 from vla_edge_ros.model.weights import load_weights
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -20,7 +20,7 @@ from vla_edge_ros.model.safetensors_io import ModelLoadError
 from vla_edge_ros.model.weights import load_weights
 from vla_edge_ros.nodes import params as P
 from vla_edge_ros.tools import replay as R
-from vla_edge_ros.tools.make_model import make_model
+from vla_edge_ros.model.generate import make_model
 from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model_dir, vram_plan
 
 ROOT = Path(__file__).resolve().parents[1]

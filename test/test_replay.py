@@ -163,7 +163,7 @@ def test_bench_decodes_bag_encodings_with_the_node_converter(tmp_path):
     """mono16 / bayer / yuv422 bags: the bench's reader gives what the node's converter gives."""
     from rosbags.rosbag2 import Writer
 
-    from vla_edge_ros.nodes import image_convert as ic
+    from vla_edge_ros import image_convert as ic
 
     ts = get_typestore(Stores.ROS2_JAZZY)
     h, w = 32, 64

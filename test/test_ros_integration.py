@@ -131,7 +131,7 @@ def test_four_bit_parallel_model_runs_in_the_node(domain, tmp_path, procs):
     """A 4-bit (compressed-tensors) parallel-decoding model dir runs in the node like any other: model actions
     from the camera's frames, /diagnostics names the weights and the decoding, and the admission counts its
     chunk as a 40-token prefill with no decode phase."""
-    from vla_edge_ros.tools.make_model import make_model
+    from vla_edge_ros.model.generate import make_model
     from vla_edge_ros.tools.replay import make_test_bag
 
     model = tmp_path / "micro-w4-parallel"
@@ -222,7 +222,7 @@ def _bad_raw_images():
 
 @pytest.mark.parametrize("transport", ["raw", "compressed"])
 def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, micro_model, transport):
-    from vla_edge_ros.nodes.image_convert import encode_jpeg
+    from vla_edge_ros.image_convert import encode_jpeg
     from vla_edge_ros.tools.replay import synthetic_frame
 
     node = start_vla_edge(procs, domain, tmp_path, micro_model, {"transport": transport})

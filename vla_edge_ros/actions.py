@@ -1,4 +1,4 @@
-"""Action tokens -> bins -> values -> twist components (ROS-free; the node builds the messages).
+"""Action tokens -> bins -> values (ROS-free; cycle.twist_components maps values to twist components).
 
 Decoding is constrained to the last 256 vocabulary ids (the OpenVLA convention): token
 `V - 256 + b` is bin `b`, and bin `b` maps to the centre of the b-th of 256 equal intervals of the
@@ -11,7 +11,6 @@ import numpy as np
 from .constants import ACTION_TOKENS, ACTION_VOCAB
 
 DEFAULT_DIM_NAMES = ("linear_x", "linear_y", "linear_z", "angular_x", "angular_y", "angular_z", "gripper", "aux")
-TWIST_FIELDS = DEFAULT_DIM_NAMES[:6]
 
 
 class ActionDecoder:
@@ -36,16 +35,3 @@ class ActionDecoder:
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         width = (self.high - self.low) / ACTION_VOCAB
         return (self.low + (self.bins(tokens) + 0.5) * width).astype(np.float32)
-
-    def neutral(self) -> np.ndarray:
-        """The zero action, clipped into range: what a zero-twist fallback publishes as a vector."""
-        return np.clip(np.zeros(ACTION_TOKENS, np.float32), self.low, self.high)
-
-
-def twist_components(values: np.ndarray, names=DEFAULT_DIM_NAMES) -> dict[str, float]:
-    """{'linear_x': .., ..., 'angular_z': ..} from an action vector (dimensions not named stay 0)."""
-    out = {f: 0.0 for f in TWIST_FIELDS}
-    for name, v in zip(names, values):
-        if name in out:
-            out[name] = float(v)
-    return out

@@ -29,12 +29,29 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .constants import ACTION_TOKENS, VISION_TOKENS
+from .constants import ACTION_TOKENS, EMA_ALPHA, PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS
 from .contract import PhaseTimings  # noqa: F401 - re-exported: part of this module's API
 
 REASONS = ("admit", "refused", "busy", "cold")
 OUTLIER_REL = 0.5  # a sample counts as at most 1.5x the prediction...
 OUTLIER_DEVS = 3.0  # ...or the prediction + 3 x EMA(|deviation|), whichever is larger
+
+
+def budget_problem(period_ms, safety_margin_ms) -> str | None:
+    """The one check of a cycle's budget (node parameters, run-time changes, the core, the tools): None when
+    period_ms > safety_margin_ms >= 0, else what is wrong. Written as "not (ok)" so that NaN fails."""
+    if not (safety_margin_ms >= 0.0):
+        return f"safety_margin_ms must be >= 0, got {safety_margin_ms!r}"
+    if not (period_ms > safety_margin_ms):
+        return f"deadline period_ms={period_ms!r} must be greater than safety_margin_ms={safety_margin_ms!r}"
+    return None
+
+
+def check_budget(period_ms, safety_margin_ms) -> None:
+    """Raise ValueError with `budget_problem`'s message when the budget is impossible."""
+    problem = budget_problem(period_ms, safety_margin_ms)
+    if problem:
+        raise ValueError(problem)
 
 
 @dataclass
@@ -61,22 +78,16 @@ class AdmissionController:
 
     def __init__(
         self,
-        period_ms: float = 33.0,
-        safety_margin_ms: float = 2.0,
-        ema_alpha: float = 0.2,
+        period_ms: float = PERIOD_MS,
+        safety_margin_ms: float = SAFETY_MARGIN_MS,
+        ema_alpha: float = EMA_ALPHA,
         prefill_tokens: int = VISION_TOKENS,
         decode_tokens: int = ACTION_TOKENS,
         tail_k: float = 0.0,
         clock=time.monotonic,
         require_warm: bool = False,
     ):
-        # Written as "not (ok)" so that NaN fails every check.
-        if not (safety_margin_ms >= 0.0):
-            raise ValueError(f"safety_margin_ms must be >= 0, got {safety_margin_ms!r}")
-        if not (period_ms > safety_margin_ms):
-            raise ValueError(
-                f"period_ms ({period_ms!r}) must be greater than safety_margin_ms ({safety_margin_ms!r})"
-            )
+        check_budget(period_ms, safety_margin_ms)
         if not (0.0 < ema_alpha <= 1.0):
             raise ValueError(f"ema_alpha must be in (0, 1], got {ema_alpha!r}")
         if not (tail_k >= 0.0):
@@ -136,8 +147,7 @@ class AdmissionController:
         margin = self.safety_margin_ms if safety_margin_ms is None else float(safety_margin_ms)
         alpha = self.ema_alpha if ema_alpha is None else float(ema_alpha)
         k = self.tail_k if tail_k is None else float(tail_k)
-        if not (margin >= 0.0 and period > margin):
-            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period!r}, {margin!r}")
+        check_budget(period, margin)
         if not (0.0 < alpha <= 1.0):
             raise ValueError(f"ema_alpha must be in (0, 1], got {alpha!r}")
         if not (k >= 0.0):

@@ -2,7 +2,7 @@
 
 One layer for both tools: ``vla-edge-replay`` publishes the :class:`Item` records a source yields, and
 ``vla-edge-bench`` decodes the same records into model frames.  Bag images are converted with the node's
-own converter (:mod:`vla_edge_ros.nodes.image_convert`, ROS-free), so every encoding the node accepts
+own converter (:mod:`vla_edge_ros.image_convert`, ROS-free), so every encoding the node accepts
 (mono16, bayer, yuv422, ...) works in the bench too.
 
     open_clip("run.mp4") | open_clip("frames/") | open_clip("bag.mcap") | open_clip("bag_dir/")
@@ -25,7 +25,7 @@ from typing import Iterator
 import cv2
 import numpy as np
 
-from .nodes.image_convert import ImageError, compressed_msg_to_rgb, decode_compressed, image_msg_to_rgb, \
+from .image_convert import ImageError, compressed_msg_to_rgb, decode_compressed, image_msg_to_rgb, \
     rgb_to_image_fields, to_model_frame
 
 VIDEO_EXTS = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg")

@@ -18,3 +18,5 @@ MAX_FRAME_AGE_MS = 200.0  # older frames -> fallback stale_frame
 KV_CAPACITY_TOKENS = 4096  # KV slots per layer (GPU)
 CPU_KV_CAPACITY_TOKENS = 512  # the NumPy backend's reference attention reads every slot: a smaller cache on a CPU
 VRAM_CEILING_GB = 8.0  # modeled edge budget
+GROUP_SIZE = 128  # 4-bit weights (W4A16): one scale (and zero point) per this many input channels
+DEFAULT_PROMPT_TOKENS = 16  # the system prompt when the model has no tokenizer (engine.system_prompt_ids)

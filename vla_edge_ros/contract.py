@@ -18,8 +18,6 @@ import numpy as np
 
 from .constants import ACTION_TOKENS, VISION_TOKENS
 
-DECODING_MODES = ("autoregressive", "parallel")
-
 
 @dataclass
 class ChunkPlan:

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .admission import AdmissionController, PhaseTimings
-from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W
+from .admission import AdmissionController, PhaseTimings, check_budget
+from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
 from .frame_buffer import FrameBuffer
 from .metrics import CycleStats
 
@@ -169,13 +169,13 @@ def probe_after_cycles(reprobe_after_s: float, period_ms: float) -> int:
 
 class ReasoningCycle:
     def __init__(self, engine, frame_buffer: FrameBuffer, admission: AdmissionController,
-                 period_ms: float = 33.0, safety_margin_ms: float = 2.0, max_frame_age_ms: float = 200.0,
+                 period_ms: float = PERIOD_MS, safety_margin_ms: float = SAFETY_MARGIN_MS,
+                 max_frame_age_ms: float = MAX_FRAME_AGE_MS,
                  fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
                  probe_after: int = 0):
         if fallback not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
-        if not (period_ms > safety_margin_ms >= 0.0):
-            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period_ms!r}, {safety_margin_ms!r}")
+        check_budget(period_ms, safety_margin_ms)
         self.engine = engine
         self.fb = frame_buffer
         self.admission = admission
@@ -219,8 +219,7 @@ class ReasoningCycle:
         fb = self.fallback if fallback is None else fallback
         if fb not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fb!r}")
-        if not (period_s > margin_s >= 0.0):
-            raise ValueError(f"need period_ms > safety_margin_ms >= 0, got {period_s * 1e3!r}, {margin_s * 1e3!r}")
+        check_budget(period_s * 1e3, margin_s * 1e3)
         if max_frame_age_ms is not None and not (float(max_frame_age_ms) > 0.0):
             raise ValueError(f"max_frame_age_ms must be > 0, got {max_frame_age_ms!r}")
         self.period_s, self.margin_s, self.fallback = period_s, margin_s, fb

@@ -19,15 +19,14 @@ import math
 import os
 from dataclasses import dataclass
 
-from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, PATCH_DIM, VISION_TOKENS
+from .admission import budget_problem
+from .constants import (ACTION_TOKENS, ACTION_VOCAB, DEFAULT_PROMPT_TOKENS, FRAME_C, FRAME_H, FRAME_W, GROUP_SIZE,
+                        PATCH_DIM, PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS)
+from .model.config import ACTION_DECODING
 
 _PKG = "vla_edge_ros"
 BOARDS_FILE = "boards.yaml"
-DECODING = ("autoregressive", "parallel")
 WEIGHT_FORMATS = ("bf16", "w4")
-DEFAULT_GROUP = 128  # W4A16 group size (input channels per scale) when the config names none
-PERIOD_MS = 33.0  # DESIGN.md §1 defaults (the node's period_ms / safety_margin_ms)
-SAFETY_MARGIN_MS = 2.0
 
 # What the engine measured (fraction of copy bandwidth per kind; chunk time with the GPU confined to N SMs) is data:
 # config/boards.yaml's "measured" section, with its command, machine and date. Keys: weight format, "-parallel"
@@ -69,7 +68,7 @@ def _weight_format(cfg, weights):
     if weights == "bf16":
         return "bf16", 16, None, False
     bits = int(getattr(quant, "bits", 4) or 4) if quant is not None else 4
-    group = int(getattr(quant, "group_size", DEFAULT_GROUP) or DEFAULT_GROUP) if quant is not None else DEFAULT_GROUP
+    group = int(getattr(quant, "group_size", GROUP_SIZE) or GROUP_SIZE) if quant is not None else GROUP_SIZE
     symmetric = bool(getattr(quant, "symmetric", False)) if quant is not None else False
     return "w4", bits, group, not symmetric
 
@@ -116,11 +115,9 @@ def chunk_bytes(cfg, capacity: int, attended_keys: int | None = None, weights: s
     """
     fmt, bits, group, zeros = _weight_format(cfg, weights)
     decoding = decoding if decoding is not None else getattr(cfg, "action_decoding", "autoregressive")
-    if decoding not in DECODING:
-        raise EdgeError(f"decoding {decoding!r}: choose one of {', '.join(DECODING)}")
+    if decoding not in ACTION_DECODING:
+        raise EdgeError(f"decoding {decoding!r}: choose one of {', '.join(ACTION_DECODING)}")
     if prompt_tokens is None:
-        from .engine import DEFAULT_PROMPT_TOKENS  # late: the engine is heavier than this arithmetic
-
         prompt_tokens = DEFAULT_PROMPT_TOKENS
     if int(prompt_tokens) < 0:
         raise EdgeError(f"prompt_tokens {prompt_tokens} must be >= 0")
@@ -329,8 +326,9 @@ def project(bytes_by_phase: dict, board: Board, efficiency: float | None = None,
             raise EdgeError(f"{key} must be a finite number, got {v!r}")
     if not (0 < efficiency <= 1):
         raise EdgeError(f"efficiency {efficiency} must be in (0, 1]: a fraction of the copy bandwidth")
-    if not (period_ms > safety_margin_ms >= 0):
-        raise EdgeError(f"need period_ms > safety_margin_ms >= 0, got {period_ms} and {safety_margin_ms}")
+    problem = budget_problem(period_ms, safety_margin_ms)
+    if problem:
+        raise EdgeError(problem)
     rate = board.effective_gbps * 1e9 * efficiency  # bytes per second
 
     def ms(b):

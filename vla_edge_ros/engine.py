@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .actions import ActionDecoder
-from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, VISION_TOKENS
+from .constants import (ACTION_TOKENS, ACTION_VOCAB, DEFAULT_PROMPT_TOKENS, FRAME_C, FRAME_H, FRAME_W,
+                        KV_CAPACITY_TOKENS, VISION_TOKENS, VRAM_CEILING_GB)
 from .contract import BackendResult, ChunkPlan, PhaseTimings  # noqa: F401 - BackendResult re-exported
 from .kv_cache import KvCache
 from .eviction import make_policy
@@ -23,7 +24,6 @@ from .gpu import cuda_available
 from .model.weights import Weights, load_weights
 from .realtime import set_realtime_priority
 
-DEFAULT_PROMPT_TOKENS = 16
 DEFAULT_SYSTEM_PROMPT = "You are a robot controller. Look at the camera and output the next action."
 BACKENDS = ("auto", "numpy", "cuda")
 
@@ -83,8 +83,9 @@ def system_prompt_ids(model_dir: str, vocab_size: int, n: int = DEFAULT_PROMPT_T
 
 
 class Engine:
-    def __init__(self, model_dir, backend: str = "auto", kv_capacity_tokens: int = 4096, policy: str = "fifo",
-                 window_frames: int = 8, action_low=-1.0, action_high=1.0, vram_ceiling_gb: float = 8.0,
+    def __init__(self, model_dir, backend: str = "auto", kv_capacity_tokens: int = KV_CAPACITY_TOKENS,
+                 policy: str = "fifo", window_frames: int = 8, action_low=-1.0, action_high=1.0,
+                 vram_ceiling_gb: float = VRAM_CEILING_GB,
                  weights: Weights | None = None):
         self.model_dir = str(model_dir)
         self.weights = weights if weights is not None else load_weights(self.model_dir)

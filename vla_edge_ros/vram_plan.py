@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, PATCH_DIM, VISION_TOKENS
+from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -20,7 +20,6 @@ N_STAMPS = 3 + ACTION_TOKENS  # vision start, vision end, prefill end, after eac
 H100_SMS = 132  # the SM count used when none is given (H100/H200); it only sizes a small workspace
 DECODE_SPLITS = 128  # decode attention splits: one 32-key tile per block at a full 4096-slot cache
 MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
-GROUP = 128  # 4-bit weights: one scale (and zero) per 128 input channels
 ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
 _DTYPE_BYTES = {"float32": 4, "uint16": 2, "int32": 4, "uint8": 1, "uint32": 4}
 
@@ -82,7 +81,7 @@ def out_layout(hidden: int) -> tuple[dict[str, int], int]:
 
 def linear_bytes(n: int, k: int, quantized: bool) -> int:
     """Device bytes of one [n, k] linear weight: bf16, or 4-bit nibbles + one 32-bit scale|zero word a group."""
-    return n * k // 2 + n * (k // GROUP) * 4 if quantized else 2 * n * k
+    return n * k // 2 + n * (k // GROUP_SIZE) * 4 if quantized else 2 * n * k
 
 
 @dataclass(frozen=True)

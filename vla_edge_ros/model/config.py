@@ -7,6 +7,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
+from ..constants import GROUP_SIZE
 from .safetensors_io import ModelLoadError
 
 
@@ -44,7 +45,7 @@ class QuantConfig:
 
     method: str  # "awq" | "compressed-tensors"
     bits: int = 4
-    group_size: int = 128
+    group_size: int = GROUP_SIZE
     symmetric: bool = False  # AWQ gemm always has zero points
 
     def to_hf(self) -> dict:
@@ -74,7 +75,7 @@ def parse_quant(raw, where) -> QuantConfig | None:
         raise bad("not a JSON object")
     method = raw.get("quant_method")
     if method == "awq":
-        for key, want in (("bits", 4), ("group_size", 128)):
+        for key, want in (("bits", 4), ("group_size", GROUP_SIZE)):
             if raw.get(key) != want or isinstance(raw.get(key), bool):
                 raise bad(f"{key}={raw.get(key)!r}")
         if raw.get("zero_point", True) is not True:  # HF's AwqConfig defaults to zero points
@@ -109,7 +110,7 @@ def parse_quant(raw, where) -> QuantConfig | None:
             w = g.get("weights")
             if not isinstance(w, dict):
                 raise bad(f"config_groups.{gname}.weights missing")
-            for key, want in (("num_bits", 4), ("type", "int"), ("strategy", "group"), ("group_size", 128)):
+            for key, want in (("num_bits", 4), ("type", "int"), ("strategy", "group"), ("group_size", GROUP_SIZE)):
                 if w.get(key) != want or isinstance(w.get(key), bool):
                     raise bad(f"config_groups.{gname}.weights.{key}={w.get(key)!r}")
             if w.get("dynamic", False) is not False:

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..constants import GROUP_SIZE
+
 from .safetensors_io import bf16_to_f32, f32_to_bf16
 
-GROUP = 128
 BITS = 4
 PACK = 32 // BITS  # nibbles per 32-bit word
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble k of an AWQ word holds column AWQ_ORDER[k] of its group of 8
 AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a group of 8 sits in nibble AWQ_REVERSE_ORDER[j]
-SCALE_DTYPES = ("float16", "bfloat16")
 FORMATS = ("awq", "compressed-tensors")
 
 
@@ -38,8 +38,8 @@ class QuantTensor:
     """One W4A16 linear weight, logical shape [out, in] like an HF nn.Linear weight."""
 
     qweight: np.ndarray  # uint32 [out, in // 8]; nibble k (bits 4k..4k+3) of word j holds element 8j+k, 0..15
-    scales: np.ndarray  # float32 [out, in // GROUP], exact values of the file's fp16/bf16 scales
-    zeros: np.ndarray  # uint8 [out, in // GROUP], 0..15 (symmetric formats: 8, i.e. signed q = unsigned q - 8)
+    scales: np.ndarray  # float32 [out, in // GROUP_SIZE], exact values of the file's fp16/bf16 scales
+    zeros: np.ndarray  # uint8 [out, in // GROUP_SIZE], 0..15 (symmetric formats: 8, i.e. signed q = unsigned q - 8)
     scale_dtype: str  # "float16" or "bfloat16": what the file stored
     fmt: str  # "awq" or "compressed-tensors": where it came from
 
@@ -59,7 +59,7 @@ class QuantTensor:
     def dequantize(self) -> np.ndarray:
         """float32 [out, in] = (q - z) * s, exact."""
         out, n_in = self.shape
-        q = self.q().astype(np.float32).reshape(out, n_in // GROUP, GROUP)
+        q = self.q().astype(np.float32).reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
         w = (q - self.zeros.astype(np.float32)[:, :, None]) * self.scales[:, :, None]
         return w.reshape(out, n_in)
 
@@ -141,7 +141,7 @@ def from_compressed(weight_packed: np.ndarray, weight_scale: np.ndarray, weight_
     out, n_in = shape
     packed = np.ascontiguousarray(weight_packed).view(np.uint32)
     if weight_zero_point is None:
-        zeros = np.full((out, n_in // GROUP), 8, np.uint8)
+        zeros = np.full((out, n_in // GROUP_SIZE), 8, np.uint8)
     else:  # packed along dim 0: unpack the transpose, drop the padding rows
         zeros = np.ascontiguousarray(unpack_nibbles(np.ascontiguousarray(weight_zero_point.T))[:, :out].T)
     return QuantTensor(qweight=packed.copy(), scales=_scale_bits_to_f32(weight_scale, scale_dtype),
@@ -159,7 +159,7 @@ def to_compressed(t: QuantTensor, symmetric: bool) -> dict[str, np.ndarray]:
             raise ValueError("a symmetric compressed-tensors weight needs every zero point at 8 (signed 0)")
     else:
         pad = -out % PACK
-        zt = np.concatenate([t.zeros.T, np.zeros((n_in // GROUP, pad), np.uint8)], axis=1)  # padded as the library does
+        zt = np.concatenate([t.zeros.T, np.zeros((n_in // GROUP_SIZE, pad), np.uint8)], axis=1)  # padded as the library
         d["weight_zero_point"] = np.ascontiguousarray(pack_nibbles(zt).T).view(np.int32)
     return d
 
@@ -177,11 +177,11 @@ def quantize_rtn(w: np.ndarray, symmetric: bool = False, scale_dtype: str = "flo
     """
     w = np.asarray(w, dtype=np.float32)
     out, n_in = w.shape
-    if n_in % GROUP:
-        raise ValueError(f"input size {n_in} is not a multiple of the group size {GROUP}")
+    if n_in % GROUP_SIZE:
+        raise ValueError(f"input size {n_in} is not a multiple of the group size {GROUP_SIZE}")
     if not np.isfinite(w).all():
         raise ValueError("weights contain NaN or Inf")
-    g = w.reshape(out, n_in // GROUP, GROUP)
+    g = w.reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
     ratio = np.float32(1.0) if clip is None else np.asarray(clip, np.float32)
     if symmetric:
         scale = np.abs(g).max(axis=-1) * ratio / 7.5
@@ -233,10 +233,10 @@ def group_output_error(w: np.ndarray, wq: np.ndarray, x: np.ndarray) -> np.ndarr
     """float64 [out, in/128]: sum over the rows of x of (x_g . (w - wq)_g)^2, each group's share of the output
     error on the activations x [T, in]."""
     out, n_in = w.shape
-    d = (w - wq).reshape(out, n_in // GROUP, GROUP)
-    xg = np.asarray(x, np.float32).reshape(-1, n_in // GROUP, GROUP)
-    err = np.empty((out, n_in // GROUP))
-    for g in range(n_in // GROUP):
+    d = (w - wq).reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
+    xg = np.asarray(x, np.float32).reshape(-1, n_in // GROUP_SIZE, GROUP_SIZE)
+    err = np.empty((out, n_in // GROUP_SIZE))
+    for g in range(n_in // GROUP_SIZE):
         y = xg[:, g, :] @ d[:, g, :].T  # [T, out]
         err[:, g] = np.einsum("to,to->o", y, y, dtype=np.float64)
     return err
@@ -249,7 +249,7 @@ def search_clip(w: np.ndarray, x: np.ndarray, symmetric: bool = False, scale_dty
     activation scaling). With 1.0 in the grid the result is never worse than plain round-to-nearest on x.
     `stats` (optional) accumulates the summed error of plain round-to-nearest ("rtn") and of the result."""
     w = np.asarray(w, np.float32)
-    best = np.full((w.shape[0], w.shape[1] // GROUP), np.inf)
+    best = np.full((w.shape[0], w.shape[1] // GROUP_SIZE), np.inf)
     ratio = np.ones_like(best, dtype=np.float32)
     for r in grid:
         err = group_output_error(w, quantize_rtn(w, symmetric, scale_dtype, clip=r).dequantize(), x)

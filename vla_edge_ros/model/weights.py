@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constants import ACTION_TOKENS, ACTION_VOCAB, PATCH_DIM, VISION_TOKENS
+from ..constants import ACTION_TOKENS, ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
 from .config import QUANT_SUPPORTED, ModelConfig
-from .quant import GROUP, PACK, QuantTensor, from_awq, from_compressed
+from .quant import PACK, QuantTensor, from_awq, from_compressed
 from .safetensors_io import ModelLoadError, f32_to_bf16, load_file, read_header
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,12 @@ def quant_tensor_shapes(cfg: ModelConfig, prefix: str, shape: tuple[int, int]) -
     """The stored tensors of one quantized linear `prefix` (no `.weight`) of logical shape [out, in]."""
     out, n_in = shape
     if cfg.quant.method == "awq":
-        return {f"{prefix}.qweight": (n_in, out // PACK), f"{prefix}.qzeros": (n_in // GROUP, out // PACK),
-                f"{prefix}.scales": (n_in // GROUP, out)}
-    shapes = {f"{prefix}.weight_packed": (out, n_in // PACK), f"{prefix}.weight_scale": (out, n_in // GROUP),
+        return {f"{prefix}.qweight": (n_in, out // PACK), f"{prefix}.qzeros": (n_in // GROUP_SIZE, out // PACK),
+                f"{prefix}.scales": (n_in // GROUP_SIZE, out)}
+    shapes = {f"{prefix}.weight_packed": (out, n_in // PACK), f"{prefix}.weight_scale": (out, n_in // GROUP_SIZE),
               f"{prefix}.weight_shape": (2,)}
     if not cfg.quant.symmetric:
-        shapes[f"{prefix}.weight_zero_point"] = (-(-out // PACK), n_in // GROUP)
+        shapes[f"{prefix}.weight_zero_point"] = (-(-out // PACK), n_in // GROUP_SIZE)
     return shapes
 
 
@@ -225,10 +225,10 @@ def _quant_expected(cfg, files_by_name, prefix, shape) -> dict[str, tuple[tuple[
     """The stored parts of one 4-bit linear: {name: (shape, allowed dtypes)}, after checking they are all there."""
     out, n_in = shape
     any_file = next(iter(set(files_by_name.values())), "?")
-    if n_in % GROUP or out % PACK:
+    if n_in % GROUP_SIZE or out % PACK:
         raise ModelLoadError(files_by_name.get(f"{prefix}.weight", any_file),
-                             f"shape [{out}, {n_in}] cannot be 4-bit here: input size must be a multiple of {GROUP} "
-                             f"and output size of {PACK}", f"{prefix}.weight")
+                             f"shape [{out}, {n_in}] cannot be 4-bit here: input size must be a multiple of "
+                             f"{GROUP_SIZE} and output size of {PACK}", f"{prefix}.weight")
     expected = {}
     for name, want in quant_tensor_shapes(cfg, prefix, shape).items():
         if name not in files_by_name:
@@ -261,7 +261,7 @@ def _load_raw(cfg, files_by_name, expected) -> dict[str, tuple[str, str, np.ndar
                                          f"{' or '.join(dtypes)}); {QUANT_SUPPORTED}", name)
             if infos[name].shape != tuple(want):
                 raise ModelLoadError(fn, f"shape {list(infos[name].shape)} does not match the config, expected "
-                                         f"{list(want)} (4-bit, group {GROUP})", name)
+                                         f"{list(want)} (4-bit, group {GROUP_SIZE})", name)
         for name, (dtype, arr) in load_file(fn, names).items():
             out[name] = (fn, dtype, arr)
     return out

@@ -28,7 +28,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
-from .image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
+from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
 from .params import CAMERA_SPECS, declare_and_read, enable_runtime_updates, validate_camera
 
 RATE_WINDOW_S = 2.0

@@ -39,7 +39,7 @@ import numpy as np
 from ..frame_buffer import FrameBuffer
 from ..realtime import tighten_gil_switch
 from ..shared_block import create_block, open_block, remove_block
-from .image_convert import DROP_KINDS
+from ..image_convert import DROP_KINDS
 
 STATS_PREFIX = "vla_edge_camera_"
 READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (seconds on a loaded 2-core box)

@@ -15,14 +15,17 @@ applied.  All other parameters are read-only: they size the model, the cache or 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..actions import DEFAULT_DIM_NAMES
-from ..constants import ACTION_TOKENS, VISION_TOKENS
-from ..cycle import REPROBE_AFTER_S
+from ..admission import budget_problem
+from ..constants import (ACTION_TOKENS, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS,
+                         VISION_TOKENS, VRAM_CEILING_GB)
+from ..cycle import FALLBACK_MODES, REPROBE_AFTER_S
+from ..engine import BACKENDS
+from ..eviction import POLICY_NAMES
 
 
 class ParamError(ValueError):
@@ -41,39 +44,38 @@ class Spec:
     tunable: bool = False  # settable at run time (else read-only after start-up)
 
 
-POLICIES = ("fifo", "sliding_window", "semantic")
-BACKENDS = ("auto", "numpy", "cuda")
-FALLBACKS = ("zero", "hold")
 TRANSPORTS = ("raw", "compressed")
 RELIABILITIES = ("best_effort", "reliable")
-TWIST_FIELDS = ("linear.x", "linear.y", "linear.z", "angular.x", "angular.y", "angular.z")
 DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
 
 REASONING_SPECS: tuple[Spec, ...] = (
-    Spec("period_ms", 33.0, "Control cycle and deadline (ms): one action is published per period.",
+    Spec("period_ms", PERIOD_MS, "Control cycle and deadline (ms): one action is published per period.",
          1.0, 10000.0, tunable=True),
-    Spec("safety_margin_ms", 2.0, "Time kept free at the end of every cycle (ms); must be < period_ms.",
+    Spec("safety_margin_ms", SAFETY_MARGIN_MS, "Time kept free at the end of every cycle (ms); must be < period_ms.",
          0.0, 1000.0, tunable=True),
-    Spec("ema_alpha", 0.2, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
+    Spec("ema_alpha", EMA_ALPHA, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
     Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0, tunable=True),
     Spec("reprobe_after_s", REPROBE_AFTER_S, "While every chunk is refused, run one chunk in the background (its "
          "action unused, the refusal still published on time) so the cost EMAs can recover: the first after 3 "
          "refusals, each next after twice as many, at most this long apart; 0 disables.",
          0.0, 3600.0, tunable=True),
-    Spec("kv_capacity_tokens", 4096, "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
+    Spec("kv_capacity_tokens", KV_CAPACITY_TOKENS,
+         "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
          1, 1 << 20),
-    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICIES),
+    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICY_NAMES),
     Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
-    Spec("max_frame_age_ms", 200.0, "A frame older than this (since receive) is stale: fallback.", 1.0, 60000.0,
+    Spec("max_frame_age_ms", MAX_FRAME_AGE_MS, "A frame older than this (since receive) is stale: fallback.",
+         1.0, 60000.0,
          tunable=True),
     Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.",
          choices=BACKENDS),
     Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
     Spec("make_tiny_model", False,
          "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
-    Spec("vram_ceiling_gb", 8.0, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.", 0.01, 4096.0),
+    Spec("vram_ceiling_gb", VRAM_CEILING_GB, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.",
+         0.01, 4096.0),
     Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
-         choices=FALLBACKS, tunable=True),
+         choices=FALLBACK_MODES, tunable=True),
     Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6),
     Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6),
     Spec("action_labels", list(DEFAULT_LABELS), "Labels of the 8 action dimensions (~/action_vector layout.dim).",
@@ -190,10 +192,9 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[s
     v.update(values)
     problems = check_specs(v, REASONING_SPECS)
     if not problems or all("period_ms" not in p and "safety_margin_ms" not in p for p in problems):
-        if not (v["period_ms"] > v["safety_margin_ms"]):
-            problems.append(
-                f"deadline period_ms={v['period_ms']} must be greater than safety_margin_ms={v['safety_margin_ms']}"
-            )
+        problem = budget_problem(v["period_ms"], v["safety_margin_ms"])
+        if problem:
+            problems.append(problem)
     if not (v["action_high"] > v["action_low"]):
         problems.append(f"action_high={v['action_high']} must be greater than action_low={v['action_low']}")
     tm = list(v["twist_map"])
@@ -263,9 +264,10 @@ def check_update(current: dict[str, Any], changes: dict[str, Any], specs) -> lis
     merged = dict(current)
     merged.update(changes)
     if ("period_ms" in changes or "safety_margin_ms" in changes) and "period_ms" in merged \
-            and "safety_margin_ms" in merged and not (merged["period_ms"] > merged["safety_margin_ms"]):
-        problems.append(f"deadline period_ms={merged['period_ms']} must be greater than "
-                        f"safety_margin_ms={merged['safety_margin_ms']}")
+            and "safety_margin_ms" in merged:
+        problem = budget_problem(merged["period_ms"], merged["safety_margin_ms"])
+        if problem:
+            problems.append(problem)
     if "twist_map" in changes:
         bad = [i for i in changes["twist_map"] if not (-1 <= int(i) < ACTION_TOKENS)]
         if bad:
@@ -280,23 +282,6 @@ def validate_camera(values: dict[str, Any]) -> dict[str, Any]:
     if problems:
         raise ParamError("; ".join(problems))
     return v
-
-
-def cache_root() -> Path:
-    """Where generated demo assets go: $VLA_EDGE_CACHE, else out/cache of a writable source tree
-    (in-tree runs, or the current directory when it is the repo), else $XDG_CACHE_HOME
-    (~/.cache)/vla_edge_ros."""
-    if os.environ.get("VLA_EDGE_CACHE"):
-        return Path(os.environ["VLA_EDGE_CACHE"])
-    for tree in (Path(__file__).resolve().parents[2], Path.cwd()):  # in-tree, or installed but run from the repo
-        if (tree / "setup.py").is_file() and (tree / "vla_edge_ros").is_dir() and os.access(tree, os.W_OK):
-            return tree / "out" / "cache"
-    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "vla_edge_ros"
-
-
-def tiny_model_cache_dir(seed: int = 0, preset: str = "tiny") -> Path:
-    """Where make_tiny_model / the demo put the generated model."""
-    return cache_root() / f"{preset}-seed{seed}"
 
 
 # --------------------------------------------------------------------------------------------

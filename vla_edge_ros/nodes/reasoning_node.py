@@ -61,6 +61,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from ..admission import AdmissionController
+from ..cache import generated_model
 from ..constants import ACTION_TOKENS, VISION_TOKENS
 from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, probe_after_cycles, release_after_run,
                      settle_after_warmup,
@@ -68,9 +69,9 @@ from ..cycle import (ReasoningCycle, WarmupInterrupted, deadline_warning, probe_
 from ..frame_buffer import FrameBuffer
 from ..metrics import GcPauses, VramSampler
 from ..realtime import normal_scheduling
-from .image_convert import DROP_KINDS, render_debug
-from .params import (REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, tiny_model_cache_dir,
-                     validate_reasoning)
+from ..image_convert import DROP_KINDS
+from .debug_image import render_debug
+from .params import REASONING_SPECS, ParamError, declare_and_read, enable_runtime_updates, validate_reasoning
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 # fallback reasons whose cycle status is ERROR (the rest are WARN)
@@ -87,13 +88,6 @@ class StartupError(RuntimeError):
 
 class ConfigureInterrupted(RuntimeError):
     """A shutdown request ended the configure transition."""
-
-
-def ensure_tiny_model(seed: int = 0, preset: str = "tiny") -> str:
-    """Generate (once) a tiny random model into the cache dir and return its path."""
-    from ..tools.make_model import ensure_model
-
-    return ensure_model(str(tiny_model_cache_dir(seed, preset)), preset, seed)
 
 
 def engine_error_message(e: BaseException, model_path: str, backend: str, capacity: int, ceiling_gb: float) -> str:
@@ -349,7 +343,7 @@ class ReasoningNode(LifecycleNode):
         p = self.p
         model_path = p["model_path"]
         if not model_path:  # validate_reasoning guarantees make_tiny_model here
-            model_path = ensure_tiny_model()
+            model_path = generated_model("tiny", 0)
             self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
         # capacity check before any allocation: it needs the prompt length, which the model dir fixes
         validate_reasoning(dict(self._raw, model_path=model_path), prompt_tokens=self._prompt_tokens(model_path))

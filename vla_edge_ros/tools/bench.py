@@ -37,24 +37,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..admission import AdmissionController, Decision
+from ..admission import AdmissionController, Decision, budget_problem
 from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
-from ..constants import ACTION_TOKENS, VISION_TOKENS
+from ..constants import CPU_KV_CAPACITY_TOKENS, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
 from ..cycle import (REASONS, REPROBE_AFTER_S, ReasoningCycle, probe_after_cycles, release_after_run,
                      settle_after_warmup, warm_up)
-from ..engine import Engine, cuda_available, system_prompt_ids
+from ..engine import BACKENDS, Engine, cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
 from ..metrics import CycleStats, VramSampler
 from ..model import ops
-from ..model.safetensors_io import ModelLoadError, OutputDirError, atomic_output_dir, bf16_to_f32
+from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.weights import load_weights
+from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
-
-NUMPY_FRAMES = 24  # default frame capacity on the CPU: small enough that the cache fills within seconds
-CUDA_CAPACITY = 4096  # DESIGN §1 default
 
 
 class CameraReplay(threading.Thread):
@@ -491,16 +489,17 @@ def build_parser() -> Parser:
     p.add_argument("--camera-hz", type=finite_positive, default=60.0,
                    help="rate the clip is fed to the FrameBuffer; the report notes when it differs from the clip's "
                         "own rate (default: 60)")
-    p.add_argument("--period-ms", type=finite_positive, default=33.0, help="control period = deadline (default: 33)")
-    p.add_argument("--safety-margin-ms", type=finite_non_negative, default=2.0,
-                   help="kept free at the end of every cycle (default: 2)")
-    p.add_argument("--max-frame-age-ms", type=finite_positive, default=200.0,
-                   help="older frames -> stale_frame fallback (default: 200)")
-    p.add_argument("--backend", choices=("auto", "numpy", "cuda"), default="auto",
+    p.add_argument("--period-ms", type=finite_positive, default=PERIOD_MS,
+                   help=f"control period = deadline (default: {PERIOD_MS:g})")
+    p.add_argument("--safety-margin-ms", type=finite_non_negative, default=SAFETY_MARGIN_MS,
+                   help=f"kept free at the end of every cycle (default: {SAFETY_MARGIN_MS:g})")
+    p.add_argument("--max-frame-age-ms", type=finite_positive, default=MAX_FRAME_AGE_MS,
+                   help=f"older frames -> stale_frame fallback (default: {MAX_FRAME_AGE_MS:g})")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
     p.add_argument("--kv-capacity", type=positive_int, default=None,
-                   help=f"KV slots (default: {CUDA_CAPACITY} on cuda, prompt + 8 + 32*{NUMPY_FRAMES} on numpy, "
-                        "small, so the cache fills within a short CPU run)")
+                   help=f"KV slots (default: {KV_CAPACITY_TOKENS} on cuda, {CPU_KV_CAPACITY_TOKENS} on numpy, as the "
+                        "demo and the soak)")
     p.add_argument("--window-frames", type=positive_int, default=8, help="sliding_window size in frames (default: 8)")
     p.add_argument("--tail-k", type=finite_non_negative, default=0.0,
                    help="admission tail allowance (x EMA of |deviation|) (default: 0)")
@@ -540,8 +539,9 @@ def parse_args(argv):
     for name in a.policies:
         if name not in POLICY_NAMES:
             p.error(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
-    if a.period_ms <= a.safety_margin_ms:
-        p.error("need --period-ms > --safety-margin-ms")
+    problem = budget_problem(a.period_ms, a.safety_margin_ms)
+    if problem:
+        p.error(f"--period-ms / --safety-margin-ms: {problem}")
     if a.realtime_priority > 99:
         p.error("--realtime-priority: 0 (off) or 1-99")
     if a.probe_after is None:
@@ -584,7 +584,7 @@ def run(args, argv) -> int:
     tmp_model = None
     try:
         if not args.model:
-            from .make_model import make_model
+            from ..model.generate import make_model
 
             tmp_model = tempfile.mkdtemp(prefix=f"vla-bench-{args.preset}-")
             args.model = [make_model(tmp_model, preset=args.preset, seed=args.seed)]
@@ -597,9 +597,7 @@ def run(args, argv) -> int:
         backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")
         args.backend = backend
         if args.kv_capacity is None:
-            prompt = len(system_prompt_ids(args.model[0], cfg.vocab_size))
-            args.kv_capacity = (CUDA_CAPACITY if backend == "cuda"
-                                else prompt + ACTION_TOKENS + VISION_TOKENS * NUMPY_FRAMES)
+            args.kv_capacity = KV_CAPACITY_TOKENS if backend == "cuda" else CPU_KV_CAPACITY_TOKENS
 
         n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
         progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip) * len(args.model), unit="tick",

@@ -3,7 +3,7 @@
 Every tool reports a bad option or input with one line on stderr and a non-zero exit status, never a
 traceback: argparse types raise ``ArgumentTypeError`` (argparse prints usage + one line, exit 2), the
 ``check_*`` functions return a message or None. Results are written atomically with
-``model.safetensors_io.atomic_output_dir`` (a temporary folder beside ``--out`` that replaces it only when
+``output_dir.atomic_output_dir`` (a temporary folder beside ``--out`` that replaces it only when
 everything was written), which make_model, quantize and the bench share.
 """
 
@@ -43,14 +43,6 @@ def finite_non_negative(text: str) -> float:
     v = _number(text)
     if not math.isfinite(v) or v < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
-    return v
-
-
-def finite_float(text: str) -> float:
-    """Parse an option (argparse type): any finite float."""
-    v = _number(text)
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
     return v
 
 

@@ -33,11 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..admission import budget_problem
 from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS, SAFETY_MARGIN_MS
+from ..engine import BACKENDS
+from ..eviction import POLICY_NAMES
 
 
 def cache_dir() -> Path:
-    from ..nodes.params import cache_root
+    from ..cache import cache_root
 
     return cache_root()
 
@@ -107,9 +110,9 @@ def build_parser():
                          "of tiny, micro whose chunk, timed here at start-up, fits the cycle (default: auto)")
     ap.add_argument("--period-ms", type=finite_positive, default=None,
                     help="control period (default: the config's, 33 ms)")
-    ap.add_argument("--policy", default="fifo", choices=("fifo", "sliding_window", "semantic"),
+    ap.add_argument("--policy", default="fifo", choices=POLICY_NAMES,
                     help="KV eviction policy (default: fifo)")
-    ap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"),
+    ap.add_argument("--backend", default="auto", choices=BACKENDS,
                     help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
     ap.add_argument("--kv-capacity", type=positive_int, default=None,
                     help="kv_capacity_tokens (default: the config's; 512 on the NumPy backend, whose reference "
@@ -133,8 +136,9 @@ def main(argv=None) -> int:
 
     on_cpu = a.backend == "numpy" or (a.backend == "auto" and not cuda_available())
     period_ms = a.period_ms if a.period_ms is not None else PERIOD_MS
-    if period_ms <= SAFETY_MARGIN_MS:
-        return fail("vla-edge-demo", f"--period-ms must be greater than the {SAFETY_MARGIN_MS:g} ms safety margin")
+    problem = budget_problem(period_ms, SAFETY_MARGIN_MS)
+    if problem:
+        return fail("vla-edge-demo", f"--period-ms: {problem}")
     preset = a.preset
     if preset == "auto" and a.model is None:
         preset = "tiny"

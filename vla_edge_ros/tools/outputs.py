@@ -18,6 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
+from ..cache import generated_model
+
 PKG_ROOT = Path(__file__).resolve().parents[2]  # the source tree when run in-tree
 CAMERA_TOPIC = "/camera/image_raw"
 
@@ -38,14 +40,11 @@ def config_file() -> str | None:
 
 def ensure_model(cache: Path, model: str | None, preset: str = "tiny", tag: str = "demo") -> str:
     """`model` if given, else the generated preset (seed 0) in the cache, made once."""
-    from .make_model import ensure_model as generate_once
-
     if model:
         return model
-    mdir = Path(cache) / f"{preset}-seed0"
-    if not (mdir / "config.json").is_file():
-        print(f"[{tag}] generating the {preset} model into {mdir}", flush=True)
-    return generate_once(str(mdir), preset, 0)
+    if not (Path(cache) / f"{preset}-seed0" / "config.json").is_file():
+        print(f"[{tag}] generating the {preset} model into {Path(cache) / f'{preset}-seed0'}", flush=True)
+    return generated_model(preset, 0, cache)
 
 
 def bringup_command(model: str, policy: str, backend: str) -> list[str]:

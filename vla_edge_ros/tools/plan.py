@@ -15,6 +15,7 @@ import tempfile
 
 from .. import edge
 from ..constants import ACTION_TOKENS
+from ..model.config import ACTION_DECODING
 
 EXAMPLE = """example:
   vla-edge-plan --model ~/models/qwen2.5-1.5b-vla --board agx-orin --capacity 4096
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=("model",) + edge.WEIGHT_FORMATS, default="model",
                    help="what-if: count the layer weights as stored this way instead of as the model dir holds "
                    "them (w4 = int4, group 128, zero points, unless the model names its own; default: %(default)s)")
-    p.add_argument("--decoding", choices=("model",) + edge.DECODING, default="model",
+    p.add_argument("--decoding", choices=("model",) + ACTION_DECODING, default="model",
                    help="what-if: action decoding to count instead of the model's own (only a model trained "
                    "for parallel decoding gives good actions with it; default: %(default)s)")
     p.add_argument("--json", default=None, metavar="OUT",

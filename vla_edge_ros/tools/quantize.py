@@ -25,7 +25,8 @@ import numpy as np
 from ..model import ops
 from ..model.config import QuantConfig
 from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, search_clip, stored_tensors
-from ..model.safetensors_io import ModelLoadError, OutputDirError, atomic_output_dir, bf16_to_f32, save_file
+from ..model.safetensors_io import ModelLoadError, bf16_to_f32, save_file
+from ..output_dir import OutputDirError, atomic_output_dir
 from ..model.weights import LAYER_TENSORS, LINEARS, Weights, load_weights
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")

@@ -99,7 +99,7 @@ def make_test_bag(
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from ..nodes.image_convert import encode_jpeg
+    from ..image_convert import encode_jpeg
 
     path = Path(path)
     if path.exists():
@@ -156,7 +156,7 @@ def convert(item: Item, out_kind: str, jpeg_quality: int = 90) -> Item:
     """Raw <-> compressed for ``--format``; undecodable payloads raise ImageError (the caller counts them)."""
     if out_kind == item.kind:
         return item
-    from ..nodes.image_convert import encode_jpeg
+    from ..image_convert import encode_jpeg
 
     rgb = item.rgb()
     if out_kind == "raw":
@@ -320,7 +320,7 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
     from sensor_msgs.msg import CompressedImage, Image
     from tqdm import tqdm
 
-    from ..nodes.image_convert import ImageError
+    from ..image_convert import ImageError
 
     stop = threading.Event()
     signalled = threading.Event()

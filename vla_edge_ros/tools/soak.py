@@ -52,6 +52,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS
+from ..engine import BACKENDS
+from ..eviction import POLICY_NAMES
 from .cli import (Parser, check_model_dir, check_out_dir, check_source, fail, finite_non_negative, finite_positive,
                   positive_int)
 from .outputs import bringup_commands, child_env, ensure_model, stop_processes
@@ -191,13 +194,13 @@ def build_parser() -> Parser:
     ap.add_argument("--model", help="model dir (default: the generated --preset model)")
     ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                     help="model to generate when --model is not given (default: tiny)")
-    ap.add_argument("--policy", default="fifo", choices=("fifo", "sliding_window", "semantic"),
+    ap.add_argument("--policy", default="fifo", choices=POLICY_NAMES,
                     help="KV eviction policy (default: fifo)")
-    ap.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"),
+    ap.add_argument("--backend", default="auto", choices=BACKENDS,
                     help="engine backend (default: auto)")
     ap.add_argument("--kv-capacity", type=positive_int, default=None,
-                    help="kv_capacity_tokens (default: 512 on the NumPy backend, as vla-edge-demo; the config's "
-                         "on CUDA)")
+                    help=f"kv_capacity_tokens (default: {CPU_KV_CAPACITY_TOKENS} on the NumPy backend, as "
+                         "vla-edge-demo; the config's on CUDA)")
     ap.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
                     help="extra vla_edge parameter, repeatable (default: none)")
     ap.add_argument("--out", help="output directory, must be new or empty (default: ./soak-YYYYmmdd-HHMMSS)")
@@ -230,13 +233,13 @@ def parse_args(argv=None):
         except argparse.ArgumentTypeError as e:
             ap.error(f"-p period_ms: {e}")
     else:
-        a.period_ms = 33.0
+        a.period_ms = PERIOD_MS
     return a
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    from ..nodes.params import cache_root
+    from ..cache import cache_root
 
     out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().resolve()
     for problem in (check_out_dir(str(out_dir)), check_source(a.source) if a.source else None,
@@ -258,7 +261,7 @@ def main(argv=None) -> int:
 
     env = child_env()
     on_gpu = a.backend == "cuda" or (a.backend == "auto" and cuda_available())
-    kv_cap = a.kv_capacity or (None if on_gpu else 512)
+    kv_cap = a.kv_capacity or (None if on_gpu else CPU_KV_CAPACITY_TOKENS)
     node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, a.param, quiet_replay=True)
     period_ms = a.period_ms
 

@@ -31,7 +31,7 @@ except Exception:  # noqa: BLE001 - any import problem means "no cv_bridge"
 
 import cv2
 
-from ..constants import FRAME_H, FRAME_W
+from .constants import FRAME_H, FRAME_W
 
 # Largest accepted side and pixel count: anything above is treated as a corrupt header, not a camera.
 MAX_SIDE = 16384
@@ -333,43 +333,3 @@ def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
     if not ok:
         raise ImageError("decode", "JPEG encoding failed")
     return buf.tobytes()
-
-
-def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: np.ndarray, low: float, high: float,
-                 label: str = "", names: list[str] | None = None, scale: int = 4) -> np.ndarray:
-    """The ~/debug_image picture (RGB uint8): the frame (x scale), the retained-frame strip, the action bar.
-
-    ``retained`` are small thumbnails (oldest -> newest) of the frames the KV cache keeps; the newest
-    ones that fit the width are drawn.  The action bar draws every dimension from the zero line,
-    green for positive, red for negative, full scale = max(|low|, |high|).
-    """
-    W = FRAME_W * scale
-    top = np.zeros((FRAME_H * scale, W, 3), np.uint8)
-    if frame is not None:
-        top = cv2.resize(np.ascontiguousarray(frame), (W, FRAME_H * scale), interpolation=cv2.INTER_NEAREST)
-    th_h, th_w = FRAME_H // 2, FRAME_W // 2
-    strip = np.full((th_h + 4, W, 3), 30, np.uint8)
-    n_fit = max(1, W // (th_w + 2))
-    for i, th in enumerate(retained[-n_fit:]):
-        t = th if th.shape[:2] == (th_h, th_w) else cv2.resize(th, (th_w, th_h), interpolation=cv2.INTER_AREA)
-        x = 2 + i * (th_w + 2)
-        strip[2:2 + th_h, x:x + th_w] = t
-    bar_h = 60
-    bar = np.full((bar_h, W, 3), 15, np.uint8)
-    a = np.asarray(action, np.float32).ravel()
-    full = max(abs(low), abs(high), 1e-6)
-    n = max(1, len(a))
-    bw = W // n
-    mid = bar_h // 2
-    cv2.line(bar, (0, mid), (W - 1, mid), (120, 120, 120), 1)
-    for i, v in enumerate(a):
-        h = int(round(np.clip(v / full, -1, 1) * (mid - 12)))
-        x0, x1 = i * bw + 4, (i + 1) * bw - 4
-        color = (60, 200, 80) if h >= 0 else (220, 60, 60)
-        cv2.rectangle(bar, (x0, mid - max(h, 0)), (x1, mid - min(h, 0)), color, -1)
-        if names and i < len(names):
-            cv2.putText(bar, str(names[i])[:9], (x0, bar_h - 2), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
-        cv2.putText(bar, f"{v:+.2f}", (x0, 9), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
-    if label:
-        cv2.putText(top, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 0), 1)
-    return np.ascontiguousarray(np.vstack([top, strip, bar]))
