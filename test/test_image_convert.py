@@ -316,7 +316,7 @@ def test_raw_caps_are_checked_before_conversion():
 
 
 def test_an_8k_rgb8_frame_is_refused_by_the_default_caps_without_converting_it():
-    from vla_edge_ros.nodes import params as P
+    from vla_edge_ros import settings as P
     from vla_edge_ros.image_convert import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 
     d = P.defaults(P.CAMERA_SPECS)

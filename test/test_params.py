@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vla_edge_ros.nodes import params as P
+from vla_edge_ros import settings as P
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from vla_edge_ros.admission import AdmissionController
 from vla_edge_ros.model.config import PRESETS, ModelConfig
 from vla_edge_ros.model.safetensors_io import ModelLoadError
 from vla_edge_ros.model.weights import load_weights
-from vla_edge_ros.nodes import params as P
+from vla_edge_ros import settings as P
 from vla_edge_ros.tools import replay as R
 from vla_edge_ros.model.generate import make_model
 from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model_dir, vram_plan
@@ -125,7 +125,7 @@ def test_plan_for_a_model_dir(tiny):
 
 def test_out_of_memory_start_up_message_names_the_plan(tiny):
     pytest.importorskip("rclpy")
-    from vla_edge_ros.nodes.reasoning_node import engine_error_message
+    from vla_edge_ros.runtime import engine_error_message
 
     class OutOfMemoryError(RuntimeError):  # what CuPy raises, by name
         pass

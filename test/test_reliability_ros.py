@@ -155,7 +155,8 @@ rclpy.shutdown()
 
 
 def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
-    """640x480 raw at 240 Hz for several seconds: 30 Hz actions on time, the rate and the drops reported."""
+    """640x480 raw at 240 Hz for several seconds: actions at the cycle rate and on time, the rate and the drops
+    reported."""
     shm = {"FASTRTPS_DEFAULT_PROFILES_FILE": str(ROOT / "config" / "fastdds_shm.xml")}
     node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, extra_env=shm)
     lst = Listener(domain)
@@ -240,7 +241,7 @@ def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, p
 
 def test_no_parameter_switches_fault_injection_on():
     # the behaviour without the variable (no fault on a running node) is test_fault_switch.py
-    from vla_edge_ros.nodes import params as P
+    from vla_edge_ros import settings as P
 
     assert not any("fault" in s.name for s in P.REASONING_SPECS + P.CAMERA_SPECS)
 

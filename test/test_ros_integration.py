@@ -311,14 +311,15 @@ def test_impossible_parameters_exit_with_one_message(domain, tmp_path, micro_mod
 def test_parameter_declarations_with_rclpy(domain, tmp_path):
     from rcl_interfaces.msg import ParameterType
 
-    from vla_edge_ros.nodes import params as P
+    from vla_edge_ros import settings as P
+    from vla_edge_ros.nodes.params import declare_and_read
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain,
                args=["--ros-args", "-p", "period_ms:=40", "-p", "twist_scale:=[1,2,3,4,5,6]"])
     try:
         node = rclpy.create_node("p1", context=ctx)
-        v = P.declare_and_read(node, P.REASONING_SPECS)
+        v = declare_and_read(node, P.REASONING_SPECS)
         assert v["period_ms"] == 40.0 and isinstance(v["period_ms"], float)  # int accepted for a double
         assert v["twist_scale"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         d = node.describe_parameter("ema_alpha")
@@ -334,7 +335,7 @@ def test_parameter_declarations_with_rclpy(domain, tmp_path):
     try:
         node = rclpy.create_node("p2", context=ctx)
         with pytest.raises(P.ParamError) as e:
-            P.declare_and_read(node, P.REASONING_SPECS)
+            declare_and_read(node, P.REASONING_SPECS)
         assert "ema_alpha=7.0 is outside" in str(e.value) and "policy" in str(e.value)
         node.destroy_node()
     finally:
@@ -352,7 +353,9 @@ class FakeEngine:
 
         self._PT, self._CR = PhaseTimings, ChunkResult
         self.armed = threading.Event()
-        self.backend_name = "fake"
+        self.backend_name, self.weight_format, self.action_decoding = "fake", "bf16", "autoregressive"
+        self.phase_tokens = (32, 8)
+        self.fault_hook = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1)
         self._busy = threading.Event()
         self.n = 0
@@ -381,6 +384,9 @@ class FakeEngine:
 
     def stats(self):
         return {"capacity": 512, "used_tokens": 56, "frames_retained": 1, "prompt_tokens": 16}
+
+    def set_worker_priority(self, priority):
+        return None
 
     def close(self):
         self._pool.shutdown()

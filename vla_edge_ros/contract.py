@@ -3,7 +3,9 @@
 - ``ChunkPlan``: which slots a chunk writes and the retention order attention reads (kv_cache.py makes it);
 - ``PhaseTimings``: what one chunk cost, per phase (the admission EMAs learn from it);
 - ``BackendResult``: what a backend hands back for one chunk;
-- ``Backend``: the protocol both backends implement (model/reference.py: NumPy; cuda/backend.py: CUDA).
+- ``Backend``: the protocol both backends implement (model/reference.py: NumPy; cuda/backend.py: CUDA);
+- ``EngineProtocol``: what the control loop (cycle.py, runtime.py) uses of an engine (engine.Engine; a test may
+  hand the node a stand-in that implements it).
 
 A model decodes its 8 action tokens either autoregressively (8 passes, one token each) or in parallel (the 8
 action queries enter with the frame's 32 vision tokens in one pass); ``PhaseTimings`` describes both: a parallel
@@ -59,3 +61,30 @@ class Backend(Protocol):
     def run_chunk(self, frame: np.ndarray, plan: ChunkPlan, start_token: int,
                   collect_logits: bool = False) -> BackendResult:
         """Vision -> cache insert -> prefill (-> decode) -> 8 action tokens, for one frame."""
+
+
+class EngineProtocol(Protocol):
+    backend_name: str  # "numpy" | "cuda"
+    weight_format: str  # "bf16" | "w4"
+    action_decoding: str  # "autoregressive" | "parallel"
+    phase_tokens: tuple[int, int]  # (prefill tokens, decode tokens) of one chunk, what admission counts
+    busy: bool  # a chunk runs on the worker thread
+    fault_hook: object  # test-only: called with the ChunkPlan before the backend runs
+
+    def run_chunk(self, frame: np.ndarray):
+        """One chunk on the calling thread (warm-up)."""
+
+    def submit(self, frame: np.ndarray):
+        """One chunk on the worker thread: a concurrent.futures.Future of its ChunkResult."""
+
+    def warmup(self, chunks: int) -> list[PhaseTimings]:
+        """Dry chunks, then forget their frames (chunks=0: only the reset)."""
+
+    def set_worker_priority(self, priority: int) -> str | None:
+        """SCHED_FIFO priority of the worker thread; None, or why it was refused."""
+
+    def stats(self) -> dict:
+        """Cache and device statistics for the roll-up."""
+
+    def close(self) -> None:
+        """Stop the worker, release the backend."""

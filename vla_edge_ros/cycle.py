@@ -56,8 +56,11 @@ FALLBACK_MODES = ("zero", "hold")
 # Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
 # "non_finite": the last guard before publishing found NaN/inf in the action or its twist (see `finalize`);
 # "inactive": the one zero action published when the caller stops (see `stop_outcome`).
+# "internal_error": the caller's last resort when the cycle itself raised (see `internal_error_outcome`).
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-           "non_finite", "inactive")
+           "internal_error", "non_finite", "inactive")
+FALLBACK_REASONS = tuple(r for r in REASONS if r != "fresh")  # "repeat" is a fallback until a model action exists
+ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")  # the rest of the fallbacks are warnings
 TWIST_COMPONENTS = 6
 
 
@@ -77,19 +80,16 @@ def warm_up(engine, chunks: int, should_stop=lambda: False, seed: int = 0) -> li
     Chunk by chunk, so a shutdown request (`should_stop()` true) is seen between chunks instead of after
     all of them (WarmupInterrupted). The last chunk goes through `engine.submit`, i.e. the worker thread
     that runs the live chunks, so that thread's first chunk (thread-local CUDA state, first-call
-    allocations) is not the first chunk of a control cycle. Engines without `run_chunk` get `warmup(n)`."""
+    allocations) is not the first chunk of a control cycle. `engine` implements contract.EngineProtocol."""
     if chunks <= 0:
         return []
-    if not hasattr(engine, "run_chunk"):
-        return list(engine.warmup(chunks) or [])
     rng = np.random.default_rng(seed)
     timings = []
     for i in range(chunks):
         if should_stop():
             raise WarmupInterrupted(f"interrupted after {i} of {chunks} warm-up chunks")
         frame = rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
-        last = i == chunks - 1 and hasattr(engine, "submit")
-        res = engine.submit(frame).result() if last else engine.run_chunk(frame)
+        res = engine.submit(frame).result() if i == chunks - 1 else engine.run_chunk(frame)
         timings.append(res.timings)
     engine.warmup(0)  # no dry chunk: only the reset, so the live stream starts with an empty history
     return timings
@@ -357,6 +357,12 @@ class ReasoningCycle:
         self._last_action = np.zeros(ACTION_TOKENS, np.float32)
         return CycleOutcome("fallback", "inactive", self._last_action, stamp_ns, -1, None, 0.0, t0, t0 + self.period_s,
                             scheduled=t0)
+
+    def internal_error_outcome(self, t0: float, error: BaseException, stamp_ns: int | None = None) -> CycleOutcome:
+        """The caller's last resort when `tick` itself raised: a zero action, reason `internal_error`."""
+        self._last_action = np.zeros(ACTION_TOKENS, np.float32)
+        return CycleOutcome("fallback", "internal_error", self._last_action, stamp_ns, -1, None, 0.0, t0,
+                            t0 + self.period_s, scheduled=t0, error=f"{type(error).__name__}: {error}")
 
     def record_published(self, outcome: CycleOutcome, t_publish: float | None = None) -> bool:
         """Record a published outcome in `stats`; returns True if it was late (after the deadline)."""

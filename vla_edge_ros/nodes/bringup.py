@@ -104,7 +104,8 @@ def main(argv=None) -> int:
 
     from ..frame_buffer import FrameBuffer
     from .camera_process import CameraProcess
-    from .params import ParamError, undeclared_overrides, unknown_parameters_message
+    from ..settings import ParamError, unknown_parameters_message
+    from .params import undeclared_overrides
     from .reasoning_node import ReasoningNode
 
     args = sys.argv if argv is None else argv
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
     startup: dict = {}
     executor = SingleThreadedExecutor()
     executor.add_node(reasoning)
-    thread = threading.Thread(target=_spin, args=(executor, stop, "reasoning", int(reasoning.p["realtime_priority"]),
+    thread = threading.Thread(target=_spin, args=(executor, stop, "reasoning", int(reasoning.p.realtime_priority),
                                                   lambda: _autostart(reasoning, stop, startup)),
                               name="exec-reasoning", daemon=True)
     thread.start()
@@ -215,7 +216,7 @@ def _autostart(reasoning, stop: threading.Event, startup: dict) -> bool:
     if stop.is_set():
         return False
     if reasoning.autostart():
-        if reasoning.p["autostart"]:
+        if reasoning.p.autostart:
             reasoning.get_logger().info("vla_edge running (camera and reasoning executors started, node active)")
         return True
     if reasoning.startup_error is not None:

@@ -29,7 +29,8 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
 from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
-from .params import CAMERA_SPECS, declare_and_read, enable_runtime_updates, validate_camera
+from ..settings import CAMERA_SPECS, validate_camera
+from .params import declare_and_read, enable_runtime_updates
 
 RATE_WINDOW_S = 2.0
 STALL_S = 0.5  # no frame for this long: the camera rate reads 0
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
     """Run the camera node alone (no reasoning): useful to check a camera topic and its rate."""
     from rclpy.executors import ExternalShutdownException
 
-    from .params import ParamError
+    from ..settings import ParamError
 
     rclpy.init(args=sys.argv if argv is None else argv)
     fb = FrameBuffer()

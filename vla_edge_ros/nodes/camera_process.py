@@ -243,7 +243,8 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
     from rclpy.signals import SignalHandlerOptions
 
     from .camera_node import CameraNode
-    from .params import ParamError, undeclared_overrides
+    from ..settings import ParamError
+    from .params import undeclared_overrides
 
     stats_map = open_block(stats_path, STATS_BYTES)
     s = np.frombuffer(stats_map, np.float64, STATS_BYTES // 8)

@@ -40,17 +40,18 @@ import numpy as np
 from ..admission import AdmissionController, Decision, budget_problem
 from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
 from ..constants import CPU_KV_CAPACITY_TOKENS, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
-from ..cycle import (REASONS, REPROBE_AFTER_S, ReasoningCycle, probe_after_cycles, release_after_run,
-                     settle_after_warmup, warm_up)
-from ..engine import BACKENDS, Engine, cuda_available
+from ..cycle import REASONS, REPROBE_AFTER_S, probe_after_cycles
+from ..engine import BACKENDS, cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
-from ..metrics import CycleStats, VramSampler
+from ..metrics import CycleStats
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.weights import load_weights
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
+from ..runtime import Runtime
+from ..settings import ReasoningSettings
 from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
 
@@ -145,29 +146,22 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
                progress) -> tuple[dict, dict]:
     """One policy on one clip. Returns (metrics for report.json, raw series for the plot)."""
     normal_scheduling()  # the engine's worker thread inherits the scheduling of the thread that creates it
-    engine = Engine(model_dir, backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy,
-                    window_frames=args.window_frames, vram_ceiling_gb=args.vram_ceiling_gb, weights=weights)
+    settings = ReasoningSettings.from_values(dict(
+        period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms, tail_k=args.tail_k,
+        max_frame_age_ms=args.max_frame_age_ms, reprobe_after_s=args.probe_after * args.period_ms / 1000.0,
+        backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy, window_frames=args.window_frames,
+        vram_ceiling_gb=args.vram_ceiling_gb, warmup_chunks=args.warmup_chunks, fallback="zero",
+        realtime_priority=args.realtime_priority))
+    fb = FrameBuffer()
+    stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
+    # as the node: the same assembly (warm-up on the worker thread, EMAs seeded, collector settled and frozen)
+    rt = Runtime.build(model_dir, settings, fb, weights=weights, stats=stats, seed=args.seed, vram_interval_s=0.05,
+                       admission_class=AdmitAll if args.admit_all else AdmissionController,
+                       warn=lambda msg: print(f"vla-edge-bench: {msg}", file=sys.stderr, flush=True))
+    engine, admission, cycle, vram = rt.engine, rt.admission, rt.cycle, rt.vram
     try:
-        # as the node: the last warm-up chunk on the engine's worker thread, then the collector settled and frozen,
-        # so neither a first chunk on a new thread nor a full collection lands in the first control cycles
-        warm = warm_up(engine, args.warmup_chunks, seed=args.seed)
-        prefill_tokens, decode_tokens = engine.phase_tokens  # a parallel model: 40 prefill tokens, no decode
-        controller = AdmitAll if args.admit_all else AdmissionController
-        admission = controller(period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms, tail_k=args.tail_k,
-                               prefill_tokens=prefill_tokens, decode_tokens=decode_tokens)
-        for t in warm[1:] if len(warm) > 1 else warm:  # the first chunk carries compile/first-touch cost
-            admission.update(t)
-        settle_after_warmup()
-        fb = FrameBuffer()
-        stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
-        cycle = ReasoningCycle(engine, fb, admission, period_ms=args.period_ms,
-                               safety_margin_ms=args.safety_margin_ms, max_frame_age_ms=args.max_frame_age_ms,
-                               fallback="zero", stats=stats, probe_after=args.probe_after)
-        vram = VramSampler(interval_s=0.05)
-        vram.start()
-        # this thread runs the cycle, as the node's timer; the engine worker one level below it
-        refused = (set_realtime_priority(args.realtime_priority)
-                   or engine.set_worker_priority(max(1, args.realtime_priority - 1) if args.realtime_priority else 0))
+        # this thread runs the cycle, as the node's timer (the runtime put the engine worker one level below it)
+        refused = set_realtime_priority(args.realtime_priority)
         if refused:
             print(f"vla-edge-bench: {refused}", file=sys.stderr, flush=True)
         camera = CameraReplay(frames, args.camera_hz, fb)
@@ -279,8 +273,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
-        release_after_run()
-        engine.close()
+        rt.close()
 
 
 def model_labels(model_dirs: list[str], all_weights) -> list[str]:

@@ -181,7 +181,14 @@ def main(argv=None) -> int:
         procs.append(subprocess.Popen(node_cmd, env=env, stdout=out, stderr=node_err, text=True))
         procs.append(subprocess.Popen(replay_cmd, env=env, stdout=out, stderr=out))
         t_start = time.monotonic()
-        while not acts:
+
+        def on_camera_frames() -> bool:  # the node has acted on a camera frame (not only "no frame yet" fallbacks)
+            with lock:
+                return any(c["reason"] != "no_frame" for c in cycles)
+
+        # The window starts once the camera's frames reach the node: on a slow host the replay process can take
+        # seconds to start, and a window of "no_frame" fallbacks would show nothing of the model.
+        while not (acts and on_camera_frames()):
             rclpy.spin_once(n, timeout_sec=0.1)
             if procs[0].poll() is not None:
                 err = ""
@@ -191,10 +198,11 @@ def main(argv=None) -> int:
                 print(f"[demo] vla_edge exited with {procs[0].returncode}:\n{err[-3000:]}", file=sys.stderr)
                 return 1
             if time.monotonic() - t_start > 120:
-                print("[demo] no action within 120 s", file=sys.stderr)
+                print("[demo] no action on a camera frame within 120 s"
+                      + (" (actions, but no frame yet)" if acts else ""), file=sys.stderr)
                 return 1
-        print(f"[demo] first action after {time.monotonic() - t_start:.1f} s; running {a.seconds:.0f} s ...",
-              flush=True)
+        print(f"[demo] first action on a camera frame after {time.monotonic() - t_start:.1f} s; running "
+              f"{a.seconds:.0f} s ...", flush=True)
         t0 = time.monotonic()
         n_before = len(cycles)
         next_report = t0 + 5.0

@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 def _node_default(name: str, fallback):
     """The reasoning node's default for a parameter (nodes/params.py is plain Python: no rclpy)."""
     try:
-        from ..nodes.params import REASONING_SPECS
+        from ..settings import REASONING_SPECS
 
         return next(s.default for s in REASONING_SPECS if s.name == name)
     except Exception:  # noqa: BLE001 - the tool still works with the design's defaults

@@ -1,0 +1,231 @@
+"""The control loop assembled: engine + admission + cycle, built one way for the node and the bench (ROS-free).
+
+`Runtime.build` loads the model into an Engine, warms it up, seeds the admission EMAs from the steady-state
+warm-up chunks and settles the garbage collector, so the first control cycles carry no one-time cost.
+`Runtime.step` is one control cycle for a caller that publishes: tick, the last guard (`finalize`), the
+caller's publish, the bookkeeping. `Runtime.values` is the ROS-free part of the 1 Hz roll-up.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from .admission import AdmissionController
+from .cycle import (FALLBACK_REASONS, CycleOutcome, ReasoningCycle, WarmupInterrupted, deadline_warning,
+                    probe_after_cycles, release_after_run, settle_after_warmup, warm_up)
+from .frame_buffer import FrameBuffer
+from .metrics import VramSampler
+
+TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection: chunks fail while the named file exists
+
+
+class StartupError(RuntimeError):
+    """The loop cannot start (model, engine, warm-up, VRAM plan): one clear message."""
+
+
+def engine_error_message(e: BaseException, model_path: str, backend: str, capacity: int, ceiling_gb: float) -> str:
+    """The one start-up message for an engine that cannot start. A device out-of-memory error gets the
+    VRAM plan of the model and the ceiling appended, so the reader sees what was asked for."""
+    msg = f"cannot start the engine ({model_path}, backend {backend}): {type(e).__name__}: {e}"
+    if "outofmemory" in type(e).__name__.lower() or "out of memory" in str(e).lower():
+        from .vram_plan import GIB, format_plan, plan_for_model_dir
+
+        plan = plan_for_model_dir(model_path, capacity)
+        if plan is not None:
+            msg += (f"; VRAM plan at kv_capacity_tokens={capacity}: {format_plan(plan)} against the ceiling "
+                    f"vram_ceiling_gb={ceiling_gb:g} ({ceiling_gb * GIB / 2**20:.0f} MiB): the device has less "
+                    f"free memory than the plan; free the GPU or lower kv_capacity_tokens / vram_ceiling_gb")
+    return msg
+
+
+@dataclass
+class Step:
+    """One published control cycle: what the cycle decided, the twist sent, when, and whether it was late."""
+
+    outcome: CycleOutcome
+    twist: list[float]
+    t_publish: float
+    late: bool
+
+
+class Runtime:
+    def __init__(self, engine, admission: AdmissionController, cycle: ReasoningCycle, settings, warmup_timings,
+                 vram_interval_s: float = 0.5):
+        self.engine, self.admission, self.cycle, self.settings = engine, admission, cycle, settings
+        self.warmup_timings = list(warmup_timings)
+        self.vram = VramSampler(interval_s=vram_interval_s)  # whole-device memory when a GPU is present, else idle
+        self.vram.start()
+        self.deadline_warning = self._deadline_warning()
+
+    @classmethod
+    def build(cls, model_path: str, settings, frame_buffer: FrameBuffer, engine_factory=None,
+              should_stop: Callable[[], bool] = lambda: False, admission_class=AdmissionController, weights=None,
+              fault_file: str | None = None, warn: Callable[[str], None] = print, stats=None, seed: int = 0,
+              vram_interval_s: float = 0.5) -> "Runtime":
+        """Engine, warm-up, admission seeded from the warm-up, cycle. Raises StartupError (one line),
+        WarmupInterrupted when `should_stop()` turns true between warm-up chunks."""
+        s = settings
+        engine = _make_engine(engine_factory, model_path, s, weights)
+        try:
+            if fault_file:
+                _install_fault(engine, fault_file)
+                warn(f"TEST-ONLY fault injection enabled: chunks fail while {fault_file} exists ({TEST_FAULT_ENV}); "
+                     f"never set this on a robot")
+            if s.realtime_priority > 0:
+                # one level below the control thread: never preempted by other processes while it holds the GIL
+                refused = engine.set_worker_priority(max(1, s.realtime_priority - 1))
+                if refused:
+                    warn(f"engine worker: {refused}")
+            prefill_tokens, decode_tokens = engine.phase_tokens  # a parallel model: a 40-token prefill, no decode
+            admission = admission_class(period_ms=s.period_ms, safety_margin_ms=s.safety_margin_ms,
+                                        ema_alpha=s.ema_alpha, prefill_tokens=prefill_tokens,
+                                        decode_tokens=decode_tokens, tail_k=s.tail_k)
+            try:
+                timings = warm_up(engine, s.warmup_chunks, should_stop=should_stop, seed=seed)
+            except WarmupInterrupted:
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise StartupError(f"engine warm-up failed: {type(e).__name__}: {e}") from e
+            # the first chunk carries compile/first-touch costs: seed from the steady-state ones
+            for t in timings[1:] if len(timings) > 1 else timings:
+                admission.update(t)
+            settle_after_warmup()
+            cycle = ReasoningCycle(engine, frame_buffer, admission, period_ms=s.period_ms,
+                                   safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
+                                   fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
+                                   stats=stats)
+        except BaseException:
+            engine.close()
+            raise
+        return cls(engine, admission, cycle, s, timings, vram_interval_s)
+
+    # --- the cycle ---------------------------------------------------------------------------------------
+
+    def step(self, t0: float, scheduled: float | None, publish: Callable[[list[float], CycleOutcome], float]) -> Step:
+        """One control cycle: tick, then `publish(twist, outcome)` (returns the publish time), then bookkeeping."""
+        return self.publish_outcome(self.cycle.tick(t0, scheduled), publish)
+
+    def publish_outcome(self, out: CycleOutcome, publish) -> Step:
+        """The last guard (a non-finite action becomes the zero `non_finite` fallback), the caller's publish, the
+        statistics. Also for the outcomes the caller makes itself (stop, internal error)."""
+        twist = self.cycle.finalize(out, self.settings.twist_map, self.settings.twist_scale)
+        t_pub = publish(twist, out)
+        return Step(out, twist, t_pub, self.cycle.record_published(out, t_pub))
+
+    def stop_outcome(self, stamp_ns: int | None) -> CycleOutcome:
+        return self.cycle.stop_outcome(stamp_ns)
+
+    def internal_error_outcome(self, t0: float, error: BaseException, stamp_ns: int | None) -> CycleOutcome:
+        return self.cycle.internal_error_outcome(t0, error, stamp_ns)
+
+    # --- run-time changes ----------------------------------------------------------------------------------
+
+    def apply(self, changes: dict) -> None:
+        """Apply validated run-time setting changes (the settings object is already updated)."""
+        s = self.settings
+        if {"period_ms", "safety_margin_ms", "ema_alpha", "tail_k"} & set(changes):
+            self.admission.configure(period_ms=s.period_ms, safety_margin_ms=s.safety_margin_ms,
+                                     ema_alpha=s.ema_alpha, tail_k=s.tail_k)
+        # period_ms only when it changed: configure() restarts the tick grid on a new period
+        self.cycle.configure(period_ms=s.period_ms if "period_ms" in changes else None,
+                             safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
+                             fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms))
+        if {"period_ms", "safety_margin_ms"} & set(changes):
+            self.deadline_warning = self._deadline_warning()
+
+    def _deadline_warning(self) -> str | None:
+        s = self.settings
+        return deadline_warning(self.admission.estimate_ms(), s.period_ms, s.safety_margin_ms, s.kv_capacity_tokens,
+                                self.engine.backend_name)
+
+    # --- reporting ---------------------------------------------------------------------------------------
+
+    def engine_stats(self) -> dict:
+        try:
+            return dict(self.engine.stats())
+        except Exception:  # noqa: BLE001 - stats are best effort (they race with the worker)
+            return {}
+
+    def values(self) -> dict:
+        """The reasoning side of the 1 Hz roll-up (`/diagnostics` keys)."""
+        s, cyc = self.cycle.stats.summary(), self.cycle
+        r: dict = {
+            "cycles": s["cycles"], "model_actions": s["model_actions"],
+            "deadline_miss_rate": s["deadline_miss_rate"], "deadline_misses": s["deadline_misses"],
+            "missed_ticks": s["missed_ticks"], "late_publishes": s["late_publishes"],
+            "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
+            "fallback_rate": s["fallback_rate"], "late_results_discarded": cyc.late_results,
+            "probes": cyc.probes, "bad_timings": cyc.bad_timings, "non_finite_blocked": cyc.non_finite,
+            "wake_slack_ms": cyc.wake_slack_s * 1000.0, "engine_errors": cyc.engine_errors,
+        }
+        n = max(1, s["cycles"])
+        for reason in FALLBACK_REASONS:
+            r[f"fallback_{reason}"] = s["fallbacks"].get(reason, 0)
+            r[f"fallback_rate_{reason}"] = r[f"fallback_{reason}"] / n
+        r["repeats"] = s["repeats"]
+        for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms"):
+            for q in ("p50", "p95", "p99", "max"):
+                r[f"{name}_{q}"] = s[name][q]
+        r.update({f"ema_{k}": v for k, v in self.admission.snapshot().items()})
+        r.update({f"admission_{k}": v for k, v in self.admission.decisions().items()})
+        es = self.engine_stats()
+        cap = int(es.get("capacity", self.settings.kv_capacity_tokens))
+        used = int(es.get("used_tokens", 0))
+        r.update(kv_capacity_tokens=cap, cache_tokens=used, cache_fill=used / cap if cap else 0.0,
+                 retained_frames=es.get("frames_retained", 0), frame_capacity=es.get("frame_capacity", "n/a"),
+                 evictions=es.get("evictions_total", 0), prompt_tokens=es.get("prompt_tokens", "n/a"),
+                 policy=self.settings.policy, backend=self.engine.backend_name,
+                 weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"))
+        peaks = [int(x) for x in (self.vram.peak_bytes, es.get("peak_vram_bytes")) if x is not None]
+        r["vram_peak_mb"] = max(peaks) / 2**20 if peaks else "n/a"
+        r["vram_ceiling_gb"] = self.settings.vram_ceiling_gb
+        r["period_ms"] = self.settings.period_ms
+        if self.deadline_warning:
+            r["admission_warning"] = self.deadline_warning
+        return r
+
+    # --- the end ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Let a late chunk land (bounded), close the engine, give its memory back."""
+        self.vram.stop()
+        self.cycle.drain(timeout=1.0)
+        try:
+            self.engine.close()
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            pass
+        backend = self.engine.backend_name
+        self.engine = self.cycle = self.admission = None
+        release_after_run()
+        if backend == "cuda":  # hand the freed blocks back to the device, not only to CuPy's pool
+            try:
+                import cupy
+
+                cupy.get_default_memory_pool().free_all_blocks()
+                cupy.get_default_pinned_memory_pool().free_all_blocks()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+
+def _make_engine(factory, model_path: str, s, weights):
+    kwargs = dict(backend=s.backend, kv_capacity_tokens=s.kv_capacity_tokens, policy=s.policy,
+                  window_frames=s.window_frames, action_low=s.action_low, action_high=s.action_high,
+                  vram_ceiling_gb=s.vram_ceiling_gb)
+    if weights is not None:
+        kwargs["weights"] = weights
+    try:
+        if factory is None:
+            from .engine import Engine as factory
+        return factory(model_path, **kwargs)
+    except Exception as e:  # noqa: BLE001 - model load, plan over the VRAM ceiling, no GPU for cuda...
+        raise StartupError(engine_error_message(e, model_path, s.backend, s.kv_capacity_tokens,
+                                                s.vram_ceiling_gb)) from e
+
+
+def _install_fault(engine, path: str) -> None:
+    def fault(plan):
+        if os.path.exists(path):
+            raise RuntimeError(f"injected fault ({TEST_FAULT_ENV})")
+
+    engine.fault_hook = fault

@@ -1,0 +1,318 @@
+"""Settings of the camera and the reasoning loop: the one table of names, defaults, ranges and descriptions, the
+typed objects generated from it, and the start-up and run-time validation (ROS-free).
+
+The node declares these as ROS parameters (nodes/params.py: ParameterDescriptor with FloatingPointRange /
+IntegerRange, every rclpy complaint turned into one :class:`ParamError` naming the parameter); the bench and
+the runtime take the same typed object (`ReasoningSettings`), so a name or a default exists once.
+
+Parameters marked ``tunable`` may be changed while the node runs (``ros2 param set``, the
+``~/set_parameters`` service): :func:`check_update` validates a change (ranges, choices, and the
+cross-checks such as ``period_ms > safety_margin_ms``) and :func:`enable_runtime_updates` rejects an
+impossible one with a reason (SetParametersResult(successful=False, reason=...)) before it is
+applied.  All other parameters are read-only: they size the model, the cache or the subscriptions.
+"""
+
+from __future__ import annotations
+
+import math
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .actions import DEFAULT_DIM_NAMES
+from .admission import budget_problem
+from .constants import (ACTION_TOKENS, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS,
+                        VISION_TOKENS, VRAM_CEILING_GB)
+from .cycle import FALLBACK_MODES, REPROBE_AFTER_S
+from .engine import BACKENDS
+from .eviction import POLICY_NAMES
+
+
+class ParamError(ValueError):
+    """Impossible parameters: start-up stops with this one message."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    default: Any
+    description: str
+    lo: float | int | None = None  # inclusive range (FloatingPointRange / IntegerRange); arrays: per entry
+    hi: float | int | None = None
+    choices: tuple[str, ...] | None = None
+    length: int | None = None  # arrays: required length
+    tunable: bool = False  # settable at run time (else read-only after start-up)
+
+
+TRANSPORTS = ("raw", "compressed")
+RELIABILITIES = ("best_effort", "reliable")
+DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
+
+REASONING_SPECS: tuple[Spec, ...] = (
+    Spec("period_ms", PERIOD_MS, "Control cycle and deadline (ms): one action is published per period.",
+         1.0, 10000.0, tunable=True),
+    Spec("safety_margin_ms", SAFETY_MARGIN_MS, "Time kept free at the end of every cycle (ms); must be < period_ms.",
+         0.0, 1000.0, tunable=True),
+    Spec("ema_alpha", EMA_ALPHA, "Weight of a new sample in the admission cost EMAs.", 0.001, 1.0, tunable=True),
+    Spec("tail_k", 0.0, "Admission tail allowance: estimate += tail_k * EMA(|deviation|).", 0.0, 20.0, tunable=True),
+    Spec("reprobe_after_s", REPROBE_AFTER_S, "While every chunk is refused, run one chunk in the background (its "
+         "action unused, the refusal still published on time) so the cost EMAs can recover: the first after 3 "
+         "refusals, each next after twice as many, at most this long apart; 0 disables.",
+         0.0, 3600.0, tunable=True),
+    Spec("kv_capacity_tokens", KV_CAPACITY_TOKENS,
+         "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
+         1, 1 << 20),
+    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICY_NAMES),
+    Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
+    Spec("max_frame_age_ms", MAX_FRAME_AGE_MS, "A frame older than this (since receive) is stale: fallback.",
+         1.0, 60000.0,
+         tunable=True),
+    Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.",
+         choices=BACKENDS),
+    Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
+    Spec("make_tiny_model", False,
+         "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
+    Spec("vram_ceiling_gb", VRAM_CEILING_GB, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.",
+         0.01, 4096.0),
+    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
+         choices=FALLBACK_MODES, tunable=True),
+    Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6),
+    Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6),
+    Spec("action_labels", list(DEFAULT_LABELS), "Labels of the 8 action dimensions (~/action_vector layout.dim).",
+         length=ACTION_TOKENS),
+    Spec("twist_map", [0, 1, 2, 3, 4, 5],
+         "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6, tunable=True),
+    Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component (finite, each in "
+         "[-1000, 1000]).", -1000.0, 1000.0, length=6, tunable=True),
+    Spec("action_frame_id", "base_link", "header.frame_id of ~/action.", tunable=True),
+    Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
+    Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
+    Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, and this minus 1 "
+         "of the engine worker, so the deadline guard wakes and gets the interpreter on time on a busy CPU; 0: "
+         "normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; refused -> a warning and normal scheduling.",
+         0, 99),
+    Spec("autostart", True, "Configure and activate the (lifecycle) node at start-up; false: it waits in "
+         "'unconfigured' for lifecycle transitions (ros2 lifecycle set /vla_edge configure, then activate)."),
+    Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0,
+         tunable=True),
+)
+
+CAMERA_SPECS: tuple[Spec, ...] = (
+    Spec("transport", "raw", "Input: raw (sensor_msgs/Image on 'image') | compressed (CompressedImage on "
+         "'image/compressed').", choices=TRANSPORTS),
+    Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
+         "(bag replay).", choices=RELIABILITIES),
+    Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
+    Spec("max_image_bytes", 32 * 1024 * 1024, "Largest image message accepted (bytes of data, raw or compressed), "
+         "checked before any conversion; larger ones are dropped and counted (too_large). 32 MiB passes 4K rgb8, "
+         "refuses 8K rgb8.", 1024, 1 << 30),
+    Spec("max_image_pixels", 4096 * 4096, "Largest image accepted (width x height), read from the header before any "
+         "conversion or decoding (PNG IHDR / JPEG SOF for compressed input: no decompression bombs).",
+         1, 64 * 1024 * 1024),
+    Spec("warn_throttle_s", 2.0, "Minimum interval between warnings about dropped frames (s).", 0.0, 3600.0,
+         tunable=True),
+    Spec("process_nice", 10, "Niceness added to the camera's own process (vla_edge runs the camera in a child "
+         "process), so receiving and converting frames yields the CPU to the control loop; 0: same as vla_edge.",
+         0, 19),
+)
+
+
+def spec_table(specs) -> dict[str, Spec]:
+    return {s.name: s for s in specs}
+
+
+def defaults(specs) -> dict[str, Any]:
+    return {s.name: (list(s.default) if isinstance(s.default, list) else s.default) for s in specs}
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def check_specs(values: dict[str, Any], specs) -> list[str]:
+    """Range, choice and length checks of the tables. Returns problems (empty = fine)."""
+    problems = []
+    for s in specs:
+        if s.name not in values:
+            continue
+        v = values[s.name]
+        if s.choices is not None and v not in s.choices:
+            problems.append(f"{s.name}={_fmt(v)} is not one of {', '.join(s.choices)}")
+        if s.lo is not None and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not (math.isfinite(v) and s.lo <= v <= s.hi):
+                problems.append(f"{s.name}={v} is outside [{s.lo}, {s.hi}]")
+        elif s.lo is not None and isinstance(v, (list, tuple)):
+            # rclpy's ranges apply to scalars only: array entries (NaN, inf, 1e300) are checked here
+            bad = [x for x in v if isinstance(x, bool) or not isinstance(x, (int, float))
+                   or not (math.isfinite(x) and s.lo <= x <= s.hi)]
+            if bad:
+                problems.append(f"{s.name} entries must be finite and in [{s.lo}, {s.hi}], got {bad}")
+        if s.length is not None and len(v) != s.length:
+            problems.append(f"{s.name} needs {s.length} entries, got {len(v)}")
+    return problems
+
+
+def min_capacity(prompt_tokens: int) -> int:
+    """Smallest KV capacity that holds the prompt, one frame and the action tokens."""
+    return int(prompt_tokens) + VISION_TOKENS + ACTION_TOKENS
+
+
+def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
+    need = min_capacity(prompt_tokens)
+    if capacity < need:
+        return [
+            f"kv_capacity_tokens={capacity} is too small: the {prompt_tokens}-token prompt + one "
+            f"{VISION_TOKENS}-token frame + {ACTION_TOKENS} action tokens need {need}"
+        ]
+    return []
+
+
+def check_model_dir(path: str) -> list[str]:
+    if not path:
+        return []
+    try:
+        return _check_model_dir(Path(path).expanduser(), path)
+    except OSError as e:  # unreadable (PermissionError), a name too long, an I/O error: one line, no traceback
+        return [f"model_path={path!r} cannot be read: {type(e).__name__}: {e.strerror or e}"]
+
+
+def _check_model_dir(p: Path, path: str) -> list[str]:
+    if not p.is_dir():
+        return [f"model_path={path!r}: no such directory"]
+    if not (p / "config.json").is_file():
+        return [f"model_path={path!r} is not a model directory (no config.json)"]
+    if not (any(p.glob("model*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
+        return [f"model_path={path!r} has no model.safetensors / model-*.safetensors"]
+    return []
+
+
+def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[str, Any]:
+    """All start-up checks of the reasoning node. Returns the values; raises ParamError (one message)."""
+    v = defaults(REASONING_SPECS)
+    v.update(values)
+    problems = check_specs(v, REASONING_SPECS)
+    if not problems or all("period_ms" not in p and "safety_margin_ms" not in p for p in problems):
+        problem = budget_problem(v["period_ms"], v["safety_margin_ms"])
+        if problem:
+            problems.append(problem)
+    if not (v["action_high"] > v["action_low"]):
+        problems.append(f"action_high={v['action_high']} must be greater than action_low={v['action_low']}")
+    tm = list(v["twist_map"])
+    bad = [i for i in tm if not (-1 <= int(i) < ACTION_TOKENS)]
+    if bad:
+        problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
+    if isinstance(v["kv_capacity_tokens"], int):
+        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens)
+    if not v["model_path"] and not v["make_tiny_model"]:
+        problems.append(
+            "model_path is empty: set model_path:=<model dir> (vla-edge-make-model --preset tiny --out DIR "
+            "writes one) or make_tiny_model:=true for a demo"
+        )
+    problems += check_model_dir(v["model_path"])
+    if problems:
+        raise ParamError("; ".join(problems))
+    return v
+
+
+def unknown_parameters_message(unknown, known) -> str | None:
+    """One warning line for parameters given (params file, -p) that no node declares, with the closest known
+    name for each (a typo such as ``perod_ms`` would otherwise run silently with the default)."""
+    import difflib
+
+    if not unknown:
+        return None
+    parts = []
+    for name in sorted(set(unknown)):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return "unknown parameters, ignored: " + ", ".join(parts)
+
+
+def tunable_names(specs) -> tuple[str, ...]:
+    return tuple(s.name for s in specs if s.tunable)
+
+
+def check_update(current: dict[str, Any], changes: dict[str, Any], specs) -> list[str]:
+    """Validate a run-time change of parameters (``changes``) of a node whose values are ``current``.
+
+    Returns the problems (empty = accept): read-only parameters, wrong types, ranges and choices,
+    and the cross-checks that involve a changed parameter (period_ms > safety_margin_ms, twist_map).
+    """
+    table = spec_table(specs)
+    problems = []
+    for name, v in changes.items():
+        s = table.get(name)
+        if s is None:
+            problems.append(f"{name} is not a parameter of this node")
+        elif not s.tunable:
+            problems.append(f"{name} is read-only: it can only be set at start-up")
+        elif isinstance(s.default, bool) != isinstance(v, bool) or (
+                isinstance(s.default, (int, float)) and not isinstance(v, (int, float))) or (
+                isinstance(s.default, str) and not isinstance(v, str)) or (
+                isinstance(s.default, list) and not isinstance(v, (list, tuple))):
+            problems.append(f"{name}: wrong type {type(v).__name__}, expected {type(s.default).__name__}")
+    if problems:
+        return problems
+    problems += check_specs(changes, specs)
+    merged = dict(current)
+    merged.update(changes)
+    if ("period_ms" in changes or "safety_margin_ms" in changes) and "period_ms" in merged \
+            and "safety_margin_ms" in merged:
+        problem = budget_problem(merged["period_ms"], merged["safety_margin_ms"])
+        if problem:
+            problems.append(problem)
+    if "twist_map" in changes:
+        bad = [i for i in changes["twist_map"] if not (-1 <= int(i) < ACTION_TOKENS)]
+        if bad:
+            problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
+    return problems
+
+
+def validate_camera(values: dict[str, Any]) -> dict[str, Any]:
+    v = defaults(CAMERA_SPECS)
+    v.update(values)
+    problems = check_specs(v, CAMERA_SPECS)
+    if problems:
+        raise ParamError("; ".join(problems))
+    return v
+
+
+class Settings:
+    """Base of the typed settings objects generated from a spec table (`settings_class`)."""
+
+    SPECS: tuple[Spec, ...] = ()
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]):
+        """The defaults, overridden by `values` (unknown names are an error)."""
+        names = {s.name for s in cls.SPECS}
+        unknown = set(values) - names
+        if unknown:
+            raise ParamError(f"not a setting: {', '.join(sorted(unknown))}")
+        return cls(**{**defaults(cls.SPECS), **values})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {s.name: getattr(self, s.name) for s in self.SPECS}
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Apply validated run-time changes (check_update) in place."""
+        for name, value in changes.items():
+            setattr(self, name, value)
+
+
+def settings_class(name: str, specs) -> type:
+    """A dataclass with one typed field per spec (default from the table; lists copied per instance)."""
+    fields = []
+    for s in specs:
+        if isinstance(s.default, list):
+            fields.append((s.name, list, dataclasses.field(default_factory=lambda d=s.default: list(d))))
+        else:
+            fields.append((s.name, type(s.default), dataclasses.field(default=s.default)))
+    cls = dataclasses.make_dataclass(name, fields, bases=(Settings,))
+    cls.SPECS = tuple(specs)
+    return cls
+
+
+ReasoningSettings = settings_class("ReasoningSettings", REASONING_SPECS)
+CameraSettings = settings_class("CameraSettings", CAMERA_SPECS)
