@@ -135,8 +135,8 @@ def test_action_decoder():
 
 
 def test_engine_worker_does_not_inherit_a_realtime_submitter(tiny):
-    """The bringup may run the reasoning thread at SCHED_FIFO (realtime_priority); the engine worker must
-    stay at normal scheduling, or it would compete with the deadline guard at the same priority."""
+    """The bringup may run the reasoning thread at SCHED_FIFO (realtime_priority); the engine worker does not
+    inherit it: it gets its own, lower priority explicitly (set_worker_priority) or none."""
     import os
     import threading
 
@@ -161,5 +161,25 @@ def test_engine_worker_does_not_inherit_a_realtime_submitter(tiny):
             pytest.skip(f"no permission for SCHED_FIFO here: {seen['skip']}")
         assert seen["submitter"] == os.SCHED_FIFO
         assert seen["worker"] == os.SCHED_OTHER
+    finally:
+        eng.close()
+
+
+def test_the_worker_runs_at_the_priority_it_is_given(tiny):
+    """set_worker_priority(p): the worker thread runs SCHED_FIFO p (the runtime gives it realtime_priority - 1, so
+    other processes cannot preempt it while it holds the GIL the deadline guard needs); 0 leaves it alone."""
+    import os
+    import threading
+
+    eng = Engine(tiny, backend="numpy", kv_capacity_tokens=512)
+    try:
+        assert eng.set_worker_priority(0) is None
+        tid = eng._worker.submit(threading.get_native_id).result(timeout=10)
+        assert os.sched_getscheduler(tid) == os.SCHED_OTHER
+        refused = eng.set_worker_priority(3)
+        if refused:
+            pytest.skip(f"no permission for SCHED_FIFO here: {refused}")
+        assert os.sched_getscheduler(tid) == os.SCHED_FIFO and os.sched_getparam(tid).sched_priority == 3
+        assert eng.submit(np.zeros((64, 128, 3), np.uint8)).result(timeout=30).action.shape == (8,)
     finally:
         eng.close()
