@@ -23,7 +23,7 @@ DEFAULT_LOOKING_NAMES = ("vla_edge_test_fault", "vla_edge_fault", "VLA_EDGE_TEST
 
 def test_no_fault_without_the_env_var_even_with_fault_files_present(domain, tmp_path, procs, micro_model,
                                                                     monkeypatch):
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     monkeypatch.delenv(FAULT_ENV, raising=False)  # the node inherits this process's environment
     tmpdir = tmp_path / "tmpdir"

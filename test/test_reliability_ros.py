@@ -202,7 +202,7 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
 def test_engine_fault_injected_through_the_test_only_env_var(domain, tmp_path, procs, micro_model):
     from diagnostic_msgs.msg import DiagnosticStatus
 
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     switch = tmp_path / "fail_now"
     bag = make_test_bag(tmp_path / "bag", frames=30, fps=30.0, width=160, height=120)
@@ -327,7 +327,7 @@ def _changed(before: dict, after: dict) -> list[str]:
 
 
 def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, micro_model):
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=20, fps=30.0, width=160, height=120)
     model_copy = tmp_path / "model"

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
 
-from vla_edge_ros.clips import BagClip, ClipError, ImageFolderClip, VideoClip, load_model_frames, open_clip
+from vla_edge_ros.clips import (IMAGE_T, BagClip, ClipError, Counters, ImageFolderClip, VideoClip, is_bag,
+                                load_model_frames, open_clip)
+from vla_edge_ros.synthetic_bag import make_test_bag, synthetic_frame
 from vla_edge_ros.tools import replay as R
 
 UDACITY = Path("/work/shared/data/bags/udacity_solidWhiteRight_jpeg")
@@ -22,10 +24,10 @@ CLIP = Path("/work/shared/data/clips/udacity_solidWhiteRight.mp4")
 
 @pytest.mark.parametrize("storage,fmt", [("mcap", "raw"), ("sqlite3", "raw"), ("mcap", "compressed")])
 def test_make_and_read_test_bag(tmp_path, storage, fmt):
-    bag = R.make_test_bag(tmp_path / "b", frames=12, fps=30.0, width=64, height=48, fmt=fmt, storage=storage)
+    bag = make_test_bag(tmp_path / "b", frames=12, fps=30.0, width=64, height=48, fmt=fmt, storage=storage)
     assert (bag / "metadata.yaml").is_file()
-    assert R.is_bag(bag)
-    c = R.Counters()
+    assert is_bag(bag)
+    c = Counters()
     items = list(R.bag_items(bag, c))
     assert len(items) == 12 and c.skipped_corrupt == 0
     assert all(it.kind == fmt for it in items)
@@ -36,14 +38,14 @@ def test_make_and_read_test_bag(tmp_path, storage, fmt):
         r = items[3].raw
         assert (r["height"], r["width"], r["encoding"], r["step"]) == (48, 64, "rgb8", 192)
         got = np.frombuffer(r["data"], np.uint8).reshape(48, 64, 3)
-        np.testing.assert_array_equal(got, R.synthetic_frame(3, 48, 64))
+        np.testing.assert_array_equal(got, synthetic_frame(3, 48, 64))
     storage_file = next(bag.glob("*.mcap" if storage == "mcap" else "*.db3"))
-    assert len(list(R.bag_items(storage_file, R.Counters()))) == 12  # the storage file works as SOURCE too
+    assert len(list(R.bag_items(storage_file, Counters()))) == 12  # the storage file works as SOURCE too
 
 
 def test_corrupt_messages_are_skipped_and_counted(tmp_path):
-    bag = R.make_test_bag(tmp_path / "b", frames=10, width=32, height=16, corrupt=(2, 5))
-    c = R.Counters()
+    bag = make_test_bag(tmp_path / "b", frames=10, width=32, height=16, corrupt=(2, 5))
+    c = Counters()
     items = list(R.bag_items(bag, c))
     assert len(items) == 8 and c.skipped_corrupt == 2
 
@@ -56,18 +58,18 @@ def test_bag_without_images(tmp_path):
     with Writer(tmp_path / "b", version=9) as w:
         conn = w.add_connection("/chatter", "std_msgs/msg/String", typestore=ts)
         w.write(conn, 1, ts.serialize_cdr(ts.types["std_msgs/msg/String"](data="hi"), "std_msgs/msg/String"))
-    with pytest.raises(R.ReplayError, match="no sensor_msgs/Image"):
-        list(R.bag_items(tmp_path / "b", R.Counters()))
+    with pytest.raises(ClipError, match="no sensor_msgs/Image"):
+        list(R.bag_items(tmp_path / "b", Counters()))
 
 
 def test_make_bag_refuses_existing_dir(tmp_path):
-    with pytest.raises(R.ReplayError, match="exists"):
-        R.make_test_bag(tmp_path)
+    with pytest.raises(ClipError, match="exists"):
+        make_test_bag(tmp_path)
 
 
 def test_convert_raw_compressed_roundtrip(tmp_path):
-    bag = R.make_test_bag(tmp_path / "b", frames=2, width=64, height=48)
-    raw = next(iter(R.bag_items(bag, R.Counters())))
+    bag = make_test_bag(tmp_path / "b", frames=2, width=64, height=48)
+    raw = next(iter(R.bag_items(bag, Counters())))
     comp = R.convert(raw, "compressed")
     assert comp.kind == "compressed" and comp.data[:2] == b"\xff\xd8" and comp.stamp_ns == raw.stamp_ns
     back = R.convert(comp, "raw")
@@ -78,11 +80,11 @@ def test_convert_raw_compressed_roundtrip(tmp_path):
 
 def test_folder_source(tmp_path):
     for i in range(3):
-        cv2.imwrite(str(tmp_path / f"{i:03d}.png"), R.synthetic_frame(i, 24, 32))
-    cv2.imwrite(str(tmp_path / "003.jpg"), R.synthetic_frame(3, 24, 32))
+        cv2.imwrite(str(tmp_path / f"{i:03d}.png"), synthetic_frame(i, 24, 32))
+    cv2.imwrite(str(tmp_path / "003.jpg"), synthetic_frame(3, 24, 32))
     (tmp_path / "004.png").write_bytes(b"not a png")
     (tmp_path / "notes.txt").write_text("ignored")
-    c = R.Counters()
+    c = Counters()
     clip = open_clip(str(tmp_path), fps=10.0)
     assert isinstance(clip, ImageFolderClip) and clip.expected == 5
     items = list(clip.items(c, base_ns=5))
@@ -96,7 +98,7 @@ def _write_video(path, n=10, fps=20.0):
     if not w.isOpened():
         pytest.skip("no video writer in this OpenCV build")
     for i in range(n):
-        w.write(cv2.cvtColor(R.synthetic_frame(i, 48, 64), cv2.COLOR_RGB2BGR))
+        w.write(cv2.cvtColor(synthetic_frame(i, 48, 64), cv2.COLOR_RGB2BGR))
     w.release()
 
 
@@ -104,7 +106,7 @@ def test_video_source(tmp_path):
     path = tmp_path / "clip.avi"
     _write_video(path)
     clip = VideoClip(str(path), frame_id="front")
-    items = list(clip.items(R.Counters(), base_ns=1000))
+    items = list(clip.items(Counters(), base_ns=1000))
     assert len(items) == 10 and items[0].raw["width"] == 64 and items[0].frame_id == "front"
     assert items[1].stamp_ns - items[0].stamp_ns == 50_000_000  # synthesized from the frame time (20 fps)
 
@@ -118,7 +120,7 @@ def test_real_clip_first_frames():
 
 @pytest.mark.skipif(not UDACITY.is_dir(), reason=f"{UDACITY} not present")
 def test_udacity_bag_reads():
-    c = R.Counters()
+    c = Counters()
     items = list(R.bag_items(UDACITY, c))
     assert len(items) == 221 and c.skipped_corrupt == 0
     assert items[0].kind == "compressed" and items[0].data[:2] == b"\xff\xd8"
@@ -140,7 +142,7 @@ def damaged_copy(tmp_path, at: float = 1 / 3, nbytes: int = 200_000, name: str =
 @pytest.mark.skipif(not CLIP.is_file(), reason=f"{CLIP} not present")
 def test_damaged_video_is_read_past_the_damage(tmp_path):
     clip = VideoClip(str(damaged_copy(tmp_path)))
-    c = R.Counters()
+    c = Counters()
     items = list(clip.items(c))
     # Stopping at the damage gives 74 of 221; reading on gives ~190, and every frame is accounted for.
     assert clip.expected == 221
@@ -176,12 +178,12 @@ def test_bench_decodes_bag_encodings_with_the_node_converter(tmp_path):
     for enc, (data, step) in msgs.items():
         bag = tmp_path / enc
         with Writer(bag, version=9) as writer:
-            conn = writer.add_connection("/cam", R.IMAGE_T, typestore=ts)
+            conn = writer.add_connection("/cam", IMAGE_T, typestore=ts)
             header = ts.types["std_msgs/msg/Header"](
                 stamp=ts.types["builtin_interfaces/msg/Time"](sec=1, nanosec=0), frame_id="cam")
-            msg = ts.types[R.IMAGE_T](header=header, height=h, width=w, encoding=enc, is_bigendian=0, step=step,
-                                      data=np.frombuffer(data, np.uint8).copy())
-            writer.write(conn, 1, ts.serialize_cdr(msg, R.IMAGE_T))
+            msg = ts.types[IMAGE_T](header=header, height=h, width=w, encoding=enc, is_bigendian=0, step=step,
+                                    data=np.frombuffer(data, np.uint8).copy())
+            writer.write(conn, 1, ts.serialize_cdr(msg, IMAGE_T))
         frames, _ = load_model_frames(open_clip(str(bag)))
         want = ic.image_msg_to_rgb(SimpleNamespace(height=h, width=w, encoding=enc, is_bigendian=0, step=step,
                                                    data=data))
@@ -241,7 +243,7 @@ def test_help_shows_defaults_and_an_example():
 def test_cli_make_bag_and_errors(tmp_path):
     out = tmp_path / "cli_bag"
     r = _run("--make-bag", out, "--frames", "5", "--width", "32", "--height", "16")
-    assert r.returncode == 0 and R.is_bag(out), r.stderr
+    assert r.returncode == 0 and is_bag(out), r.stderr
     _one_line_error(_run(tmp_path / "missing.mcap"))
 
 
@@ -283,7 +285,7 @@ def test_reliable_by_default_and_frame_id_passed_through(tmp_path):
     from ros_helpers import ros_env
 
     domain = random.randint(1, 100)
-    bag = R.make_test_bag(tmp_path / "b", frames=20, fps=30.0, width=32, height=16, frame_id="front_cam")
+    bag = make_test_bag(tmp_path / "b", frames=20, fps=30.0, width=32, height=16, frame_id="front_cam")
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain)
     node = rclpy.create_node("replay_probe", context=ctx)
@@ -319,7 +321,7 @@ def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypat
 
     domain = random.randint(1, 100)
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    bag = R.make_test_bag(tmp_path / "b", frames=45, fps=30.0, width=160, height=120)
+    bag = make_test_bag(tmp_path / "b", frames=45, fps=30.0, width=160, height=120)
     stamps = [1_700_000_000_000_000_000 + int(round(i * 1e9 / 30)) for i in range(45)]
     lst = Listener(domain)
     compressed = fmt == "compressed"
@@ -359,7 +361,7 @@ def test_duration_and_rate_options(tmp_path, monkeypatch):
     from ros_helpers import Proc, ros_env
 
     domain = random.randint(1, 100)
-    bag = R.make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=32, height=16)
+    bag = make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=32, height=16)
     t0 = time.monotonic()
     p = Proc(["-m", "vla_edge_ros.tools.replay", str(bag), "--loop", "--rate", "2.0", "--duration", "2"],
              ros_env(domain), tmp_path / "replay.log")
@@ -442,7 +444,7 @@ def test_a_reliable_replay_waits_for_its_subscribers_before_exiting(tmp_path):
     # transport a reader stopped ~2.5 s while 57 KB frames arrived at 30 Hz got nothing more from this writer
     # after it ran again (6 of 8 runs; never acknowledged within 10 s); over UDP it is repaired (6 of 6)
     env = ros_env(random.randint(101, 200), {**ROBOT_DISCOVERY, "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
-    bag = R.make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=160, height=120)
+    bag = make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=160, height=120)
     last = 1_700_000_000_000_000_000 + int(round(29 * 1e9 / 30))
     reader = Proc(["-c", SLOW_READER], env, tmp_path / "reader.log")
     replay = None

@@ -62,7 +62,7 @@ def test_udacity_compressed_bag(domain, tmp_path, procs, micro_model):
 
 
 def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, micro_model):
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=60, fps=30.0, storage="sqlite3")
     stamps = bag_stamps(bag)
@@ -132,7 +132,7 @@ def test_four_bit_parallel_model_runs_in_the_node(domain, tmp_path, procs):
     from the camera's frames, /diagnostics names the weights and the decoding, and the admission counts its
     chunk as a 40-token prefill with no decode phase."""
     from vla_edge_ros.model.generate import make_model
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     model = tmp_path / "micro-w4-parallel"
     make_model(str(model), preset="micro", seed=0, quant="compressed-tensors", action_decoding="parallel")
@@ -161,7 +161,7 @@ def test_four_bit_parallel_model_runs_in_the_node(domain, tmp_path, procs):
 
 
 def test_slow_backend_keeps_the_deadline(domain, tmp_path, procs, small_model):
-    from vla_edge_ros.tools.replay import make_test_bag
+    from vla_edge_ros.synthetic_bag import make_test_bag
 
     bag = make_test_bag(tmp_path / "bag", frames=30, fps=30.0)
     stamps = bag_stamps(bag)
@@ -223,7 +223,7 @@ def _bad_raw_images():
 @pytest.mark.parametrize("transport", ["raw", "compressed"])
 def test_malformed_images_are_survived_and_counted(domain, tmp_path, procs, micro_model, transport):
     from vla_edge_ros.image_convert import encode_jpeg
-    from vla_edge_ros.tools.replay import synthetic_frame
+    from vla_edge_ros.synthetic_bag import synthetic_frame
 
     node = start_vla_edge(procs, domain, tmp_path, micro_model, {"transport": transport})
     lst = Listener(domain)

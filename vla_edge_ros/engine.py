@@ -21,6 +21,7 @@ from .contract import BackendResult, ChunkPlan, PhaseTimings  # noqa: F401 - Bac
 from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
+from .model.config import ModelConfig
 from .model.weights import Weights, load_weights
 from .realtime import set_realtime_priority
 
@@ -80,6 +81,14 @@ def system_prompt_ids(model_dir: str, vocab_size: int, n: int = DEFAULT_PROMPT_T
         except Exception:  # noqa: BLE001 - an unreadable tokenizer falls back to the fixed prompt
             pass
     return ((np.arange(n, dtype=np.int64) * 7919 + 11) % limit).astype(np.int32)
+
+
+def prompt_length(model_dir: str) -> int:
+    """Tokens of the system prompt `model_dir` gets (0 when its config cannot be read: loading reports that)."""
+    try:
+        return int(len(system_prompt_ids(model_dir, ModelConfig.from_dir(model_dir).vocab_size)))
+    except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
+        return 0
 
 
 class Engine:

@@ -42,11 +42,10 @@ from ..cache import generated_model
 from ..constants import ACTION_TOKENS
 from ..cycle import WarmupInterrupted
 from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
-from ..engine import system_prompt_ids
+from ..engine import prompt_length
 from ..frame_buffer import FrameBuffer
 from ..image_convert import DROP_KINDS
 from ..metrics import GcPauses
-from ..model.config import ModelConfig
 from ..realtime import normal_scheduling
 from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
 from ..settings import REASONING_SPECS, ParamError, ReasoningSettings, validate_reasoning
@@ -173,7 +172,7 @@ class ReasoningNode(LifecycleNode):
             model_path = generated_model("tiny", 0)
             self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
         # capacity check before any allocation: it needs the prompt length, which the model dir fixes
-        validate_reasoning(dict(self._raw, model_path=model_path), prompt_tokens=_prompt_tokens(model_path))
+        validate_reasoning(dict(self._raw, model_path=model_path), prompt_tokens=prompt_length(model_path))
         runtime = Runtime.build(model_path, self.p, self.fb, engine_factory=self._engine_factory,
                                 should_stop=self.abort.is_set, fault_file=os.environ.get(TEST_FAULT_ENV) or None,
                                 warn=self.get_logger().warn)
@@ -448,10 +447,3 @@ class ReasoningNode(LifecycleNode):
                              hardware_id="camera", values=kv(c)),
         ]
         self.pub_diag.publish(arr)
-
-
-def _prompt_tokens(model_path: str) -> int:
-    try:
-        return int(len(system_prompt_ids(model_path, ModelConfig.from_dir(model_path).vocab_size)))
-    except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
-        return 0

@@ -70,7 +70,7 @@ def choose_cpu_preset(cache: Path, period_ms: float, safety_margin_ms: float) ->
 
 def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
     from .outputs import ensure_model
-    from .replay import make_test_bag
+    from ..synthetic_bag import make_test_bag
 
     cache.mkdir(parents=True, exist_ok=True)
     model = ensure_model(cache, model, preset)

@@ -14,7 +14,7 @@ The frames come from :mod:`vla_edge_ros.clips`, the same source layer the bench 
 Exit status: 0 when the source was played; 1 when nothing was published, or a full pass published less
 than ``--min-fraction`` of the frames the source declares (a damaged file); 2 for bad options or a
 source that cannot be opened (one line on stderr).  ``--make-bag DIR`` writes a small synthetic test
-bag (moving shapes); :func:`make_test_bag` is the same as a function.
+bag (moving shapes; ``synthetic_bag.make_test_bag``).
 
 Usage examples:
   vla-edge-replay /data/run1_bag --loop
@@ -30,112 +30,13 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
-import cv2
-import numpy as np
-
-from ..clips import COMPRESSED_T, IMAGE_T, BagClip, ClipError, Counters, Item, is_bag, open_clip
+from ..clips import BagClip, ClipError, Counters, Item, open_clip
+from ..synthetic_bag import make_test_bag
 from .cli import Parser, fail, finite_non_negative, finite_positive
 
 RESYNC_S = 0.5  # when the publisher falls this far behind (e.g. SIGSTOP), restart the schedule
 DEFAULT_TOPIC = "/camera/image_raw"
-
-# Source errors are clip errors: one name for callers that handle either.
-ReplayError = ClipError
-
-__all__ = ["COMPRESSED_T", "IMAGE_T", "Counters", "Item", "ReplayError", "bag_items", "convert", "is_bag",
-           "main", "make_test_bag", "synthetic_frame"]
-
-
-# --------------------------------------------------------------------------------------------
-# synthetic frames and test bags
-# --------------------------------------------------------------------------------------------
-
-def synthetic_frame(i: int, height: int = 240, width: int = 320) -> np.ndarray:
-    """RGB uint8 frame ``i`` of a deterministic moving-shapes clip (a circle, a square, a bar)."""
-    img = np.empty((height, width, 3), np.uint8)
-    yy = np.linspace(0, 255, height, dtype=np.float32)[:, None]
-    img[..., 0] = 40
-    img[..., 1] = (yy * 0.4).astype(np.uint8)
-    img[..., 2] = 90
-    t = i / 30.0
-    cx = int((0.5 + 0.4 * np.sin(2 * np.pi * 0.25 * t)) * width)
-    cy = int((0.5 + 0.3 * np.cos(2 * np.pi * 0.25 * t)) * height)
-    cv2.circle(img, (cx, cy), max(3, height // 8), (230, 60, 40), -1)
-    sx = int((i * 3) % max(1, width))
-    s = max(4, height // 6)
-    cv2.rectangle(img, (sx, height - 2 * s), (min(width - 1, sx + s), height - s), (40, 220, 80), -1)
-    by = int((0.5 + 0.45 * np.sin(2 * np.pi * 0.1 * t)) * (height - 1))
-    cv2.line(img, (0, by), (width - 1, by), (250, 250, 250), max(1, height // 60))
-    return img
-
-
-def _typestore():
-    from rosbags.typesys import Stores, get_typestore
-
-    return get_typestore(Stores.ROS2_JAZZY)
-
-
-def make_test_bag(
-    path,
-    frames: int = 90,
-    fps: float = 30.0,
-    width: int = 320,
-    height: int = 240,
-    fmt: str = "raw",
-    storage: str = "mcap",
-    topic: str | None = None,
-    start_ns: int = 1_700_000_000_000_000_000,
-    corrupt: tuple[int, ...] = (),
-    encoding: str = "rgb8",
-    frame_id: str = "camera",
-) -> Path:
-    """Write a rosbag2 bag of ``frames`` synthetic images at ``fps`` and return its directory.
-
-    ``fmt`` raw -> sensor_msgs/Image (``encoding`` rgb8 or bgr8), compressed -> CompressedImage (jpeg).
-    Message indices in ``corrupt`` are written as undeserializable garbage (to test skipping).
-    Header stamps = ``start_ns + i/fps``; bag receive time = header stamp.
-    """
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
-    from ..image_convert import encode_jpeg
-
-    path = Path(path)
-    if path.exists():
-        raise ReplayError(f"{path} exists: rosbag2 writers need a new directory")
-    ts = _typestore()
-    Header = ts.types["std_msgs/msg/Header"]
-    Time = ts.types["builtin_interfaces/msg/Time"]
-    msgtype = IMAGE_T if fmt == "raw" else COMPRESSED_T
-    if topic is None:
-        topic = "/camera/image_raw" if fmt == "raw" else "/camera/image_raw/compressed"
-    plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3, "db3": StoragePlugin.SQLITE3}[storage]
-    writer = Writer(path, version=9, storage_plugin=plugin)
-    writer.open()
-    try:
-        conn = writer.add_connection(topic, msgtype, typestore=ts)
-        for i in range(frames):
-            t = start_ns + int(round(i * 1e9 / fps))
-            if i in corrupt:
-                writer.write(conn, t, b"\x00\x01\x00\x00garbage")
-                continue
-            header = Header(stamp=Time(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000), frame_id=frame_id)
-            rgb = synthetic_frame(i, height, width)
-            if fmt == "raw":
-                img = rgb if encoding == "rgb8" else cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-                msg = ts.types[IMAGE_T](
-                    header=header, height=height, width=width, encoding=encoding, is_bigendian=0,
-                    step=width * 3, data=np.ascontiguousarray(img).reshape(-1),
-                )
-            else:
-                msg = ts.types[COMPRESSED_T](
-                    header=header, format="jpeg", data=np.frombuffer(encode_jpeg(rgb), np.uint8).copy()
-                )
-            writer.write(conn, t, ts.serialize_cdr(msg, msgtype))
-    finally:
-        writer.close()
-    return path
 
 
 # --------------------------------------------------------------------------------------------

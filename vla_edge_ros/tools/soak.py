@@ -165,7 +165,7 @@ def write_plot(rows: list[dict], path: Path, warmup_s: float, period_ms: float, 
 
 
 def ensure_clip(cache: Path, fps: float, width: int, height: int) -> Path:
-    from .replay import make_test_bag
+    from ..synthetic_bag import make_test_bag
 
     clip = cache / f"soak_clip_{width}x{height}_{fps:g}hz_v1"
     if not (clip / "metadata.yaml").is_file():
