@@ -18,7 +18,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from ros_helpers import (  # noqa: E402
-    ROBOT_DISCOVERY, ROOT, Listener, Proc, plumbing_period_ms, plumbing_rate, rate_ok, reasons, ros_env, start_replay,
+    PERIOD_MS, ROBOT_DISCOVERY, ROOT, Listener, Proc, plumbing_period_ms, plumbing_rate, rate_ok, reasons, ros_env, start_replay,
     start_vla_edge)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -414,7 +414,8 @@ def test_soak_20_seconds(domain, tmp_path):
 def test_a_config_that_cannot_meet_the_deadline_warns_at_start_up(domain, tmp_path, procs, small_model):
     """The 'small' model at 4096 slots on this CPU costs far more than the 31 ms budget: WARN in the log and
     in /diagnostics, naming kv_capacity_tokens / period_ms / backend."""
-    node = start_vla_edge(procs, domain, tmp_path, small_model, {"kv_capacity_tokens": 4096, "warmup_chunks": 2})
+    node = start_vla_edge(procs, domain, tmp_path, small_model,
+                          {"period_ms": PERIOD_MS, "kv_capacity_tokens": 4096, "warmup_chunks": 2})
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: lst.diags and "admission_warning" in lst.diags[-1][1], 90, "the admission warning")

@@ -34,6 +34,7 @@ from ..constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, 
 from ..contract import BackendResult, PhaseTimings
 from ..model import ops
 from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
+from ..model.weights import action_queries
 from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
@@ -128,8 +129,6 @@ class CudaBackend:
         self.patch_b = cp.asarray(w.vision.patch_b)
         self.pos_embed = cp.asarray(w.vision.pos_embed)
         if self.parallel:
-            from ..model.reference import action_queries
-
             self.queries = cp.asarray(action_queries(w))  # float32 [8, H]
 
     def _allocate(self):

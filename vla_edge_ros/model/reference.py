@@ -16,8 +16,7 @@ from ..contract import BackendResult, PhaseTimings
 from ..constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from . import ops
 from .quant import as_f32
-from .safetensors_io import bf16_to_f32
-from .weights import Weights
+from .weights import Weights, action_queries
 
 
 class ReferenceModel:
@@ -155,13 +154,3 @@ class ReferenceModel:
                                total_ms=(t2 - t0) * ms, prefill_tokens=VISION_TOKENS + ACTION_TOKENS, decode_tokens=0)
         return BackendResult(tokens=tokens, pooled=emb.mean(axis=0), timings=timings,
                              logits=logits if collect_logits else None)
-
-
-def action_queries(weights: Weights) -> np.ndarray:
-    """float32 [8, H]: the input embeddings of the 8 parallel action slots: `action_queries` from
-    vision.safetensors, else (an untrained stand-in) the embedding rows of the 8 ids just below the start token."""
-    q = getattr(weights.vision, "action_queries", None)
-    if q is not None:
-        return bf16_to_f32(np.asarray(q)).reshape(ACTION_TOKENS, -1)
-    start = weights.cfg.vocab_size - ACTION_VOCAB - 1
-    return bf16_to_f32(weights.embed[start - ACTION_TOKENS:start])

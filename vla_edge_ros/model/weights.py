@@ -22,7 +22,7 @@ import numpy as np
 from ..constants import ACTION_TOKENS, ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
 from .config import QUANT_SUPPORTED, ModelConfig
 from .quant import PACK, QuantTensor, from_awq, from_compressed
-from .safetensors_io import ModelLoadError, f32_to_bf16, load_file, read_header
+from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, read_header
 
 log = logging.getLogger(__name__)
 
@@ -345,3 +345,13 @@ def load_weights(path, check_finite: bool = True) -> Weights:
     return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers,
                    vision=vision, lm_head=t.get("lm_head.weight"), path=path,
                    files=sorted(set(files_by_name.values())))
+
+
+def action_queries(weights: Weights) -> np.ndarray:
+    """float32 [8, H]: the input embeddings of the 8 parallel action slots: `action_queries` from
+    vision.safetensors, else (an untrained stand-in) the embedding rows of the 8 ids just below the start token."""
+    q = getattr(weights.vision, "action_queries", None)
+    if q is not None:
+        return bf16_to_f32(np.asarray(q)).reshape(ACTION_TOKENS, -1)
+    start = weights.cfg.vocab_size - ACTION_VOCAB - 1
+    return bf16_to_f32(weights.embed[start - ACTION_TOKENS:start])
