@@ -18,8 +18,8 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from ros_helpers import (  # noqa: E402
-    PERIOD_MS, ROBOT_DISCOVERY, ROOT, Listener, Proc, plumbing_period_ms, plumbing_rate, rate_ok, reasons, ros_env, start_replay,
-    start_vla_edge)
+    PERIOD_MS, ROBOT_DISCOVERY, ROOT, Listener, Proc, plumbing_period_ms, plumbing_rate, rate_ok, reasons, ros_env,
+    start_replay, start_vla_edge)
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
