@@ -19,6 +19,8 @@ from vla_edge_ros.model.config import PRESETS, ModelConfig
 from vla_edge_ros.model.safetensors_io import ModelLoadError
 from vla_edge_ros.model.weights import load_weights
 from vla_edge_ros import settings as P
+from vla_edge_ros.clips import IMAGE_T, Counters
+from vla_edge_ros.synthetic_bag import make_test_bag
 from vla_edge_ros.tools import replay as R
 from vla_edge_ros.model.generate import make_model
 from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model_dir, vram_plan
@@ -273,9 +275,9 @@ def test_bag_with_unknown_message_types_is_replayed_and_they_are_counted(tmp_pat
 
     ts = get_typestore(Stores.ROS2_JAZZY)
     ts.register(get_types_from_msg("int32 x\nstring note\n", "acme_msgs/msg/Weird"))
-    good = R.make_test_bag(tmp_path / "img", frames=6, width=32, height=16)
-    items = list(R.bag_items(good, R.Counters()))
-    img_t = R.IMAGE_T
+    good = make_test_bag(tmp_path / "img", frames=6, width=32, height=16)
+    items = list(R.bag_items(good, Counters()))
+    img_t = IMAGE_T
     with Writer(tmp_path / "mixed", version=9) as w:
         weird = w.add_connection("/weird", "acme_msgs/msg/Weird", typestore=ts)
         cam = w.add_connection("/camera/image_raw", img_t, typestore=ts)
@@ -292,7 +294,7 @@ def test_bag_with_unknown_message_types_is_replayed_and_they_are_counted(tmp_pat
                 frame_id="camera"), height=16, width=32, encoding="rgb8", is_bigendian=0, step=96,
                 data=np.frombuffer(it.raw["data"], np.uint8).copy())
             w.write(cam, it.t_ns, ts.serialize_cdr(msg, img_t))
-    c = R.Counters()
+    c = Counters()
     got = list(R.bag_items(tmp_path / "mixed", c))
     assert len(got) == 5 and c.skipped_corrupt == 1 and c.skipped_other == 12
     assert [g.stamp_ns for g in got] == [it.stamp_ns for i, it in enumerate(items) if i != 3]
