@@ -1,4 +1,4 @@
-"""Start vla_edge (CameraNode + ReasoningNode in one process) with config/vla_edge.yaml.
+"""Start vla_edge (the ReasoningNode, and the CameraNode in a child process it starts) with config/vla_edge.yaml.
 
     ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model image_topic:=/camera/image_raw
     ros2 launch vla_edge_ros vla_edge.launch.py make_tiny_model:=true action_topic:=/cmd_vel

@@ -178,3 +178,19 @@ def test_monitoring_configs_match_what_the_node_publishes():
     assert '"~/debug_image", qos_profile_sensor_data' in node_src
     setup = (ROOT / "setup.py").read_text()
     assert 'glob("config/*.yaml")' in setup and 'glob("config/*.rviz")' in setup
+
+
+def test_the_choices_named_in_both_files_are_the_cores():
+    """The argument descriptions list the names the core owns (eviction.POLICY_NAMES, engine.BACKENDS, the camera's
+    settings), in both files: a policy or backend added to the core and not to the launch files fails here."""
+    from vla_edge_ros.engine import BACKENDS
+    from vla_edge_ros.eviction import POLICY_NAMES
+    from vla_edge_ros.settings import RELIABILITIES, TRANSPORTS
+
+    owners = {"policy": POLICY_NAMES, "backend": BACKENDS, "transport": TRANSPORTS, "qos_reliability": RELIABILITIES}
+    y = {e["arg"]["name"]: e["arg"].get("description", "") for e in _yaml_entries() if "arg" in e}
+    p = py_param_args()
+    for arg, names in owners.items():
+        for text in (y[arg], p[arg]):
+            assert all(re.search(rf"\b{n}\b", text) for n in names), (arg, names, text)
+            assert text.count("|") == len(names) - 1, (arg, names, text)  # and no other choice
