@@ -130,6 +130,13 @@ __device__ __forceinline__ void load_a(uint4 (&a)[MT][2][2], const uint4* xs, in
 }
 
 // acc += X . W^T over the chunk in stage st (bf16 weights).
+// One m16n8k16 step of a 16-row tile of X (its A fragment a, k-step s of the chunk) on one 8-column B fragment:
+// the A-fragment words are the same for both weight formats, only how b0/b1 are made differs.
+__device__ __forceinline__ void mma_step(float (&c)[4], const uint4 (&a)[2][2], int s, unsigned b0, unsigned b1) {
+    mma_bf16_16816(c, word_of(a[0][0], a[0][1], 2 * s), word_of(a[1][0], a[1][1], 2 * s),
+                   word_of(a[0][0], a[0][1], 2 * s + 1), word_of(a[1][0], a[1][1], 2 * s + 1), b0, b1);
+}
+
 template <int MT>
 __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM_NT][4], FmtBf16, int, int warp,
                                           int lane) {
@@ -148,14 +155,9 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM
     for (int s = 0; s < 4; ++s)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const unsigned a0 = word_of(a[mt][0][0], a[mt][0][1], 2 * s);
-            const unsigned a1 = word_of(a[mt][1][0], a[mt][1][1], 2 * s);
-            const unsigned a2 = word_of(a[mt][0][0], a[mt][0][1], 2 * s + 1);
-            const unsigned a3 = word_of(a[mt][1][0], a[mt][1][1], 2 * s + 1);
 #pragma unroll
             for (int j = 0; j < GEMM_NT; ++j)
-                mma_bf16_16816(acc[mt][j], a0, a1, a2, a3, word_of(b[j][0], b[j][1], 2 * s),
-                               word_of(b[j][0], b[j][1], 2 * s + 1));
+                mma_step(acc[mt][j], a[mt], s, word_of(b[j][0], b[j][1], 2 * s), word_of(b[j][0], b[j][1], 2 * s + 1));
         }
 }
 
@@ -194,14 +196,9 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][GEMM
             b1[j] = w4_bfpair(s < 2 ? b[j].x : b[j].y, (2 * s + 1) & 3, zz[j]);
         }
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            const unsigned a0 = word_of(a[mt][0][0], a[mt][0][1], 2 * s);
-            const unsigned a1 = word_of(a[mt][1][0], a[mt][1][1], 2 * s);
-            const unsigned a2 = word_of(a[mt][0][0], a[mt][0][1], 2 * s + 1);
-            const unsigned a3 = word_of(a[mt][1][0], a[mt][1][1], 2 * s + 1);
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < GEMM_NT; ++j) mma_bf16_16816(t[mt][j], a0, a1, a2, a3, b0[j], b1[j]);
-        }
+            for (int j = 0; j < GEMM_NT; ++j) mma_step(t[mt][j], a[mt], s, b0[j], b1[j]);
     }
 #pragma unroll
     for (int j = 0; j < GEMM_NT; ++j) {

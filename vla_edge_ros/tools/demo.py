@@ -34,15 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from ..admission import budget_problem
+from ..cache import cache_root
 from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS, SAFETY_MARGIN_MS
 from ..engine import BACKENDS
 from ..eviction import POLICY_NAMES
-
-
-def cache_dir() -> Path:
-    from ..cache import cache_root
-
-    return cache_root()
 
 
 CPU_PRESETS = ("tiny", "micro")  # largest first: what the demo tries on a CPU
@@ -143,11 +138,11 @@ def main(argv=None) -> int:
     if preset == "auto" and a.model is None:
         preset = "tiny"
         if on_cpu:
-            preset, why = choose_cpu_preset(cache_dir(), period_ms, SAFETY_MARGIN_MS)
+            preset, why = choose_cpu_preset(cache_root(), period_ms, SAFETY_MARGIN_MS)
             print(f"[demo] {why}", flush=True)
             if preset is None:
                 return 1
-    model, clip = ensure_assets(cache_dir(), a.model, preset)
+    model, clip = ensure_assets(cache_root(), a.model, preset)
     source = a.source or str(clip)
 
     import rclpy

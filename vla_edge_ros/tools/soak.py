@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from ..cache import cache_root
 from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS
 from ..engine import BACKENDS
 from ..eviction import POLICY_NAMES
@@ -239,8 +240,6 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    from ..cache import cache_root
-
     out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().resolve()
     for problem in (check_out_dir(str(out_dir)), check_source(a.source) if a.source else None,
                     check_model_dir(a.model) if a.model else None):
