@@ -26,6 +26,10 @@ GB = 1e9
 MIB = 1 << 20
 GIB = 1 << 30
 MAX_CAPACITY = 1 << 20  # the node's kv_capacity_tokens range
+MAX_MAGNITUDE = 1e12  # no option means anything beyond this
+MIN_EFFICIENCY = 0.01  # below this the projected times are meaningless (and print with hundreds of digits)
+PERIOD_RANGE_MS = (1.0, 10000.0)  # the node's period_ms range
+MAX_MARGIN_MS = 1000.0  # the node's safety_margin_ms range
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,6 +55,8 @@ def _finite(kind):
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         if isinstance(v, float) and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if abs(v) > MAX_MAGNITUDE:  # make_plan checks each option's range; this keeps its messages short
+            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range")
         return v
     return parse
 
@@ -73,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=_node_default("safety_margin_ms", edge.SAFETY_MARGIN_MS),
                    help="safety margin kept free at the end of each period, in ms (default: %(default)s)")
     p.add_argument("--efficiency", type=_finite(float), default=None, metavar="F",
-                   help="fraction of copy bandwidth the engine reaches, in (0, 1] (default: the measured value "
+                   help="fraction of copy bandwidth the engine reaches, in [0.01, 1] (default: the measured value "
                    "for the weight format when one is recorded, else 1.0 = a floor at full bandwidth)")
     p.add_argument("--weights", choices=("model",) + edge.WEIGHT_FORMATS, default="model",
                    help="what-if: count the layer weights as stored this way instead of as the model dir holds "
@@ -98,8 +104,14 @@ def make_plan(a) -> dict:
 
     if not (1 <= a.capacity <= MAX_CAPACITY):
         raise edge.EdgeError(f"--capacity {a.capacity} must be between 1 and {MAX_CAPACITY}")
-    if a.efficiency is not None and not (0 < a.efficiency <= 1):
-        raise edge.EdgeError(f"--efficiency {a.efficiency:g} must be in (0, 1]: a fraction of the copy bandwidth")
+    if a.efficiency is not None and not (MIN_EFFICIENCY <= a.efficiency <= 1):
+        raise edge.EdgeError(f"--efficiency {a.efficiency:g} must be in (0, 1], at least {MIN_EFFICIENCY:g}: "
+                             "a fraction of the copy bandwidth")
+    if not PERIOD_RANGE_MS[0] <= a.period_ms <= PERIOD_RANGE_MS[1]:
+        raise edge.EdgeError(f"--period-ms {a.period_ms:g} must be between {PERIOD_RANGE_MS[0]:g} and "
+                             f"{PERIOD_RANGE_MS[1]:g}")
+    if a.margin_ms > MAX_MARGIN_MS:
+        raise edge.EdgeError(f"--margin-ms {a.margin_ms:g} must be at most {MAX_MARGIN_MS:g}")
     if not (a.period_ms > a.margin_ms >= 0):
         raise edge.EdgeError(f"need --period-ms > --margin-ms >= 0, got {a.period_ms:g} and {a.margin_ms:g}")
     if a.json:
