@@ -398,14 +398,35 @@ def test_the_slot_indices_swap_in_one_store():
     buf.close()
 
 
-def test_blocks_left_by_dead_processes_are_removed():
-    from vla_edge_ros.shared_block import create_block, remove_block, shm_dir
+KILLED_CREATOR = """
+import os, signal, sys
+from vla_edge_ros.frame_buffer import FrameBuffer
+fb = FrameBuffer(shared=True)
+print(fb.handle().path, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no close(): its file stays, its flock goes
+"""
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
-    stale = os.path.join(shm_dir(), f"vla_edge_test_{dead}_0")
-    open(stale, "wb").close()
-    path, _ = create_block("vla_edge_test_", 64)
-    assert not os.path.exists(stale) and os.path.exists(path)
+
+def test_blocks_left_by_killed_processes_are_removed(tmp_path):
+    """A creator killed with -9 leaves its block file but not the flock it held on it: the next block created
+    with that prefix removes the file.  A live creator's block (this process's) stays."""
+    from vla_edge_ros.shared_block import SHM_DIR_VAR, create_block, remove_block
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), **{
+        SHM_DIR_VAR: str(tmp_path)})
+    live = FrameBuffer(shared=True)  # in /dev/shm (or this run's VLA_EDGE_SHM_DIR), held by this process
+    r = subprocess.run([sys.executable, "-c", KILLED_CREATOR], capture_output=True, text=True, env=env, timeout=60)
+    stale = r.stdout.strip()
+    assert r.returncode == -9 and os.path.dirname(stale) == str(tmp_path) and os.path.exists(stale), r
+    os.environ[SHM_DIR_VAR] = str(tmp_path)
+    try:
+        path, _ = create_block("vla_edge_frames_", 64)
+        mine = FrameBuffer(shared=True)  # a second live block with the prefix: the first is kept
+    finally:
+        del os.environ[SHM_DIR_VAR]
+    assert not os.path.exists(stale) and os.path.exists(path) and os.path.exists(mine.handle().path)
+    assert os.path.exists(live.handle().path)
     remove_block(path)
-    assert not os.path.exists(path)
+    mine.close()
+    live.close()
+    assert not os.path.exists(path) and os.listdir(tmp_path) == []

@@ -17,10 +17,12 @@ threads at once.
 
 Two backings, one protocol.  ``FrameBuffer()`` keeps the slots in this process (threads hand over the
 frame; the slots are CUDA pinned host memory when CuPy and a GPU are present).  ``FrameBuffer(shared=True)``
-keeps slots, indices and metadata in one shared-memory block (``shared_block.py``: a file in /dev/shm, removed
-by ``close()``) with a process-shared lock, so the producer can be another process: ``handle()`` gives what
-that process passes to ``FrameBuffer.attach``.  The vla_edge bringup uses it to keep the camera (DDS receive,
-deserialising, conversion) out of the control loop's process (``nodes/camera_process.py``).
+keeps slots, indices and metadata in one shared-memory block (``shared_block.py``: a file in /dev/shm or
+``VLA_EDGE_SHM_DIR`` with an unpredictable name, its space reserved up front, removed by ``close()``) with a
+process-shared lock (a POSIX semaphore, always in /dev/shm), so the producer can be another process: ``handle()``
+gives what that process passes to ``FrameBuffer.attach``.  No room for either is one ``SharedBlockError`` line
+(from the constructor and from ``renew_lock``), never a SIGBUS.  The vla_edge bringup uses it to keep the camera
+(DDS receive, deserialising, conversion) out of the control loop's process (``nodes/camera_process.py``).
 
 What makes the shared backing safe against a producer that dies at any instruction: the three slot indices
 and the "new" flag are one 64-bit word, written with one aligned store, so an index swap has either happened
@@ -39,7 +41,7 @@ import numpy as np
 
 from .constants import FRAME_C, FRAME_H, FRAME_W
 from .gpu import cupy_with_gpu
-from .shared_block import create_block, open_block, remove_block
+from .shared_block import SharedBlockError, create_block, no_room_message, open_block, remove_block
 
 # Longest wait for the index swap's lock (the swap itself takes microseconds) with the shared backing, where
 # the other side is a process that can die holding it: the consumer (the control loop) keeps its frame after
@@ -96,6 +98,21 @@ def _slot_bytes(shape, dtype) -> int:
 SHM_PREFIX = "vla_edge_frames_"
 
 
+def _process_shared_lock():
+    """A lock two processes can share (a POSIX semaphore: a small file in /dev/shm, whatever VLA_EDGE_SHM_DIR says).
+    A full /dev/shm is a ``SharedBlockError`` line, not an OSError traceback."""
+    import errno
+    import multiprocessing
+
+    try:
+        return multiprocessing.get_context("spawn").Lock()
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise SharedBlockError(no_room_message("/dev/shm", "the frame buffer's lock", None, movable=False)) \
+                from None
+        raise SharedBlockError(f"cannot create the frame buffer's lock in /dev/shm: {e.strerror or e}") from None
+
+
 class FrameBuffer:
     """Single-producer / single-consumer triple buffer handing over the freshest frame."""
 
@@ -114,10 +131,12 @@ class FrameBuffer:
             self.pinned = False
             size = _HEADER_BYTES + 3 * nbytes
             if _attach is None:
-                import multiprocessing
-
-                self._path, self._mmap = create_block(SHM_PREFIX, size)
-                self._lock = multiprocessing.get_context("spawn").Lock()
+                self._path, self._mmap = create_block(SHM_PREFIX, size, "frame buffer")
+                try:
+                    self._lock = _process_shared_lock()
+                except BaseException:
+                    remove_block(self._path)
+                    raise
             else:
                 self._path = _attach.path
                 self._mmap = open_block(self._path, size)
@@ -182,9 +201,7 @@ class FrameBuffer:
         inside its index swap may have left the old one held."""
         if self._mmap is None or not self._owner:
             raise RuntimeError("renew_lock() is for the owner of a shared FrameBuffer")
-        import multiprocessing
-
-        self._lock = multiprocessing.get_context("spawn").Lock()
+        self._lock = _process_shared_lock()  # on failure (SharedBlockError) the old lock stays
 
     def close(self) -> None:
         """Remove the shared block's file (owner) and drop this side's views; the mapping itself goes when the

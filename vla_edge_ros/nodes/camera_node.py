@@ -12,6 +12,11 @@ subscription takes the serialised message (``raw=True``) and compares its length
 deserialising it, so an oversized message is never turned into Python objects; what remains is the copy of
 the serialised bytes into the process (and DDS's own reassembly of the fragments), which no cap here can
 bound.
+
+The image subscription takes the standard ``qos_overrides`` parameters (history, depth, reliability), named after
+the topic as resolved: ``-p qos_overrides./camera/image.subscription.reliability:=reliable``.  They apply on top of
+``qos_reliability`` / ``qos_depth`` and are read and checked when the node is built (a bad value is a
+``ParamError``, like any other parameter), not only when it subscribes.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from collections import deque
 import rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos_overriding_options import QoSOverridingOptions, _declare_qos_parameters
+from rclpy.subscription import Subscription
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
 from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
-from ..settings import CAMERA_SPECS, validate_camera
+from ..settings import CAMERA_SPECS, ParamError, validate_camera
 from .params import declare_and_read, enable_runtime_updates
 
 RATE_WINDOW_S = 2.0
@@ -66,23 +73,41 @@ class CameraNode(Node):
         self.invalid_by_kind: dict[str, int] = {}
         self.convert_ms_last = 0.0
         self._recv_times: deque[float] = deque(maxlen=1024)
+        self.last_recv_time = 0.0  # time.monotonic() of the last message, whatever became of it; 0 = none yet
         self._last_warn = -1e9
         self._suppressed = 0
         self.sub = None
+        self.topic = "image/compressed" if self.p["transport"] == "compressed" else "image"
+        self.qos = self._image_qos()
+
+    def _image_qos(self) -> QoSProfile:
+        """The subscription's QoS: the parameters, then the standard qos_overrides.<topic>.subscription.* (declared
+        here, so they are checked now; create_subscription finds them declared and applies the same values)."""
+        qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
+        try:
+            _declare_qos_parameters(Subscription, self, self.resolve_topic_name(self.topic), qos,
+                                    QoSOverridingOptions.with_default_policies())
+            qos.get_c_qos_profile()  # a profile rmw refuses (depth 0 with keep_last, ...) is refused here
+        except Exception as e:  # noqa: BLE001 - a bad type or value of an override
+            raise ParamError(f"qos_overrides for {self.resolve_topic_name(self.topic)}: {e}") from None
+        return qos
 
     def start(self) -> None:
         """Subscribe to the camera (the reasoning node calls this when it activates, i.e. once warmed up)."""
         if self.sub is not None:
             return
-        qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
+        qos = self.qos
+        options = QoSOverridingOptions.with_default_policies()
         if self.p["transport"] == "compressed":
-            self.sub = self.create_subscription(CompressedImage, "image/compressed", self._on_compressed_serialized,
-                                                qos, raw=True)
+            self.sub = self.create_subscription(CompressedImage, self.topic, self._on_compressed_serialized,
+                                                qos, raw=True, qos_overriding_options=options)
         else:
-            self.sub = self.create_subscription(Image, "image", self._on_raw_serialized, qos, raw=True)
+            self.sub = self.create_subscription(Image, self.topic, self._on_raw_serialized, qos, raw=True,
+                                                qos_overriding_options=options)
+        depth = f"depth {qos.depth}" if qos.history == HistoryPolicy.KEEP_LAST else qos.history.name.lower()
         self.get_logger().info(
-            f"subscribed {self.sub.topic_name} [{self.p['transport']}, {self.p['qos_reliability']}, "
-            f"depth {self.p['qos_depth']}] -> FrameBuffer {self.fb.shape}"
+            f"subscribed {self.sub.topic_name} [{self.p['transport']}, {qos.reliability.name.lower()}, "
+            f"{depth}] -> FrameBuffer {self.fb.shape}"
         )
 
     # --- callbacks ---------------------------------------------------------------------------------
@@ -95,6 +120,7 @@ class CameraNode(Node):
 
     def _handle_serialized(self, data: bytes, msg_type, convert) -> None:
         """The byte cap on the serialised message first, then deserialise and convert."""
+        self.last_recv_time = time.monotonic()
         try:
             check_caps("serialised image message", len(data), None, None,
                        self.p["max_image_bytes"] + SERIALIZED_OVERHEAD, None)
@@ -172,6 +198,7 @@ class CameraNode(Node):
                 "convert_ms_last": self.convert_ms_last,
                 "max_image_bytes": self.p["max_image_bytes"],
                 "max_image_pixels": self.p["max_image_pixels"],
+                "last_recv_time": self.last_recv_time,
             }
 
 

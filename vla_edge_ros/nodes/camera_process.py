@@ -16,9 +16,20 @@ milliseconds a frame; now the reasoning process only ever takes a frame out of t
 * ``start()`` asks the child to subscribe (the reasoning node calls it when it activates, as before).
 * ``stats()`` reads the counters the child keeps in a small shared block (same keys as ``CameraNode.stats``,
   plus the process's pid, state and restarts).
-* ``poll()`` (the bringup's main thread, every 0.2 s) is the watchdog: a child that exited or stopped
-  answering for ``HANG_S`` is killed and started again (at most every ``RESTART_INTERVAL_S``) with a fresh
-  swap lock; the reasoning side meanwhile publishes ``stale_frame`` fallbacks and /diagnostics says why.
+* ``poll()`` (the bringup's main thread, every 0.2 s) is the watchdog: a child that exited, stopped
+  answering for ``HANG_S``, or (``no_frames_restart_s`` > 0) has been subscribed with a publisher matched but
+  received nothing for ``no_frames_restart_s`` is killed and started again (at most every
+  ``RESTART_INTERVAL_S``) with a fresh swap lock; the reasoning side meanwhile publishes ``stale_frame``
+  fallbacks and /diagnostics says why (``process_last_exit``; no-frame restarts also count in
+  ``restarts_no_frames``).  A publisher that stays matched and silent (a paused bag) is not restarted every few
+  seconds for ever: each further no-frame restart with no message in between doubles the wait, up to
+  ``NO_FRAMES_BACKOFF_MAX`` times ``no_frames_restart_s``; a message received resets it.  The no-frame rule is
+  for a DDS reader that stopped receiving from a writer still there (seen over Fast DDS shared memory after
+  the reader stalled ~2.5 s): a new process is a new participant.
+* ``poll()`` never raises: a restart that cannot be made (no room in /dev/shm for the swap lock, a spawn that
+  fails) is kept as ``process_error`` (one line; state ``cannot start``), logged once, and tried again every
+  ``RESTART_INTERVAL_S``; it is cleared when a child starts again, so the camera comes back by itself when
+  space returns.
 * ``stop()`` asks the child to exit, then terminates / kills it, and removes the shared blocks.
 
 The child never outlives the reasoning process (``PR_SET_PDEATHSIG`` plus a parent-pid check), ignores
@@ -46,10 +57,14 @@ READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (
 HANG_S = 5.0  # no heartbeat for this long (after its first): the child is killed and started again
 RESTART_INTERVAL_S = 2.0  # at most one start this often
 NOT_ANSWERING_S = 2.0  # heartbeat older than this: /diagnostics says the camera process is not answering
+NO_FRAMES_RESTART_S = 5.0  # default: subscribed, a publisher matched, no message for this long: restart
+NO_FRAMES_BACKOFF_MAX = 8  # the longest no-frame wait, in units of no_frames_restart_s (a silent publisher)
 
 # float64 words of the stats block. Written by the parent: CMD_*; by the child: everything else.
+# Times are time.monotonic() (CLOCK_MONOTONIC: the same clock in both processes), 0 = never.
 CMD_SUBSCRIBE, CMD_STOP, HEARTBEAT, SUBSCRIBED, RECEIVED, VALID, INVALID, RATE_HZ, CONVERT_MS = range(9)
 MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS = 9, 10
+PUBLISHERS, LAST_RECV, MATCHED_SINCE, SUBSCRIBED_AT = 11, 12, 13, 14  # matched publishers of the image topic
 KIND0 = 16  # one word per DROP_KINDS entry
 STATS_WORDS = KIND0 + len(DROP_KINDS)
 COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
@@ -57,22 +72,34 @@ STATS_BYTES = 8 * 32
 
 
 class CameraProcess:
-    def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None, env: dict | None = None):
+    """The camera child's parent side.  ``no_frames_restart_s``: restart a child that is subscribed, has a
+    publisher matched and received nothing for this long (0: never); None: the child's ``no_frames_restart_s``
+    parameter when it declares one (its start-up report), else ``NO_FRAMES_RESTART_S``.  Settable at any time.
+    Raises ``SharedBlockError`` (one line) when its stats block cannot be made."""
+
+    def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None, env: dict | None = None,
+                 no_frames_restart_s: float | None = None):
         if not frame_buffer.shared:
             raise ValueError("CameraProcess needs FrameBuffer(shared=True)")
         self.fb = frame_buffer
         self.ros_args = list(ros_args)
         self.env = dict(env or {})  # applied in the child before rclpy starts (None = unset)
         self.log = log or (lambda level, msg: print(f"vla_edge: {msg}", file=sys.stderr, flush=True))
-        self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES)
+        self._no_frames_arg = no_frames_restart_s
+        self.no_frames_restart_s = NO_FRAMES_RESTART_S if no_frames_restart_s is None else float(no_frames_restart_s)
+        self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES, "camera stats block")
         self._stats = np.frombuffer(self._stats_map, np.float64, STATS_BYTES // 8)
         self._ctx = multiprocessing.get_context("spawn")
         self.proc = None
         self._conn = None
         self.report: dict = {}
         self.restarts = 0
+        self.restarts_no_frames = 0
+        self._no_frames_streak = 0  # no-frame restarts in a row with no message in between (the backoff)
         self.last_exit: str | None = None  # why the previous child ended, for /diagnostics
-        self._started_at = 0.0
+        self.process_error = ""  # why the child cannot be started again now (one line), "" when fine
+        self._restart_pending = False  # a child to start again (the last attempt failed)
+        self._started_at = 0.0  # the last start attempt, successful or not
         self._stopping = False
         # counts of the children before the current one (each child counts from 0): the reported counts add up
         self._base = np.zeros(STATS_WORDS, np.float64)
@@ -80,21 +107,26 @@ class CameraProcess:
     # --- life cycle ----------------------------------------------------------------------------------
 
     def launch(self) -> None:
-        """Start the child (does not wait: ``wait_ready`` does)."""
+        """Start the child (does not wait: ``wait_ready`` does).  Raises when it cannot (``poll`` catches it)."""
         for i in COUNTS:  # what the previous child counted stays counted
             self._base[i] += self._stats[i]
         self._stats[HEARTBEAT:STATS_WORDS] = 0.0
         self._stats[CMD_STOP] = 0.0
+        self._started_at = time.monotonic()
+        receiver, sender = self._ctx.Pipe(duplex=False)
+        try:
+            proc = self._ctx.Process(
+                target=child_main, name="vla_camera",
+                args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid(), self.env), daemon=True)
+            proc.start()
+        except BaseException:
+            receiver.close()
+            sender.close()
+            raise
+        sender.close()
         if self._conn is not None:
             self._conn.close()
-        receiver, sender = self._ctx.Pipe(duplex=False)
-        self.proc = self._ctx.Process(
-            target=child_main, name="vla_camera",
-            args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid(), self.env), daemon=True)
-        self._started_at = time.monotonic()
-        self.proc.start()
-        sender.close()
-        self._conn = receiver
+        self.proc, self._conn = proc, receiver
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S, abort=None) -> dict:
         """The child's start-up report: ``{"ok": True, "declared": [...], "undeclared": [...], "topic": ...}`` or
@@ -109,6 +141,8 @@ class CameraProcess:
                     self.report = self._conn.recv()
                 except EOFError:
                     break
+                if self._no_frames_arg is None and self.report.get("no_frames_restart_s") is not None:
+                    self.no_frames_restart_s = float(self.report["no_frames_restart_s"])
                 return self.report
             if not self.proc.is_alive():
                 break
@@ -121,27 +155,80 @@ class CameraProcess:
         self._stats[CMD_SUBSCRIBE] = 1.0
 
     def poll(self) -> None:
-        """Watchdog (call periodically): start the child again if it exited or stopped answering."""
+        """Watchdog (call periodically): start the child again if it exited, stopped answering, or receives
+        nothing from a matched publisher.  Never raises: what went wrong is in ``process_error`` / the log."""
+        try:
+            self._poll()
+        except Exception as e:  # noqa: BLE001 - the caller is the bringup's main thread: it must go on
+            self._failed(f"camera watchdog: {_one_line(e)}")
+
+    def _poll(self) -> None:
         if self._stopping or self.proc is None:
             return
         now = time.monotonic()
-        beat = self._stats[HEARTBEAT]
+        if self._restart_pending:  # the last start failed: try again every RESTART_INTERVAL_S
+            if now - self._started_at >= RESTART_INTERVAL_S:
+                self._start_again()
+            return
+        s = self._stats
+        beat = s[HEARTBEAT]
         alive = self.proc.is_alive()
         # a child that has not reported yet is still booting (imports take seconds on a small board)
         hung = alive and (now - beat > HANG_S if beat > 0 else now - self._started_at > READY_TIMEOUT_S)
-        if alive and not hung:
+        silent = self._no_frames_for(now) if alive and not hung else None
+        if s[RECEIVED] > 0:
+            self._no_frames_streak = 0
+        if alive and not hung and silent is None:
             return
         if now - self._started_at < RESTART_INTERVAL_S:
             return
         if hung:
             self.last_exit = f"no heartbeat for {now - (beat or self._started_at):.1f} s: killed"
             self._kill()
+        elif silent is not None:
+            n = int(s[PUBLISHERS])
+            self.last_exit = (f"no frame for {silent:.1f} s with {n} publisher{'s' if n != 1 else ''} matched: "
+                              "killed")
+            self.restarts_no_frames += 1
+            self._no_frames_streak += 1
+            self._kill()
         else:
             self.last_exit = describe_exit(self.proc)
         self.restarts += 1
         self.log("error", f"camera process {self.last_exit}; starting it again (restart {self.restarts})")
-        self.fb.renew_lock()  # a child killed inside its index swap may have left the old lock held
-        self.launch()
+        self._restart_pending = True
+        self._start_again()
+
+    def _no_frames_for(self, now: float) -> float | None:
+        """Seconds a subscribed child with a publisher matched has received nothing, when that is over the limit
+        (with the backoff); else None."""
+        s = self._stats
+        limit = self.no_frames_restart_s
+        if not limit or limit <= 0 or not s[SUBSCRIBED] or s[PUBLISHERS] < 1:
+            return None
+        since = max(s[LAST_RECV], s[MATCHED_SINCE], s[SUBSCRIBED_AT])
+        if since <= 0:
+            return None
+        limit *= min(2 ** self._no_frames_streak, NO_FRAMES_BACKOFF_MAX)
+        return now - since if now - since > limit else None
+
+    def _start_again(self) -> None:
+        try:
+            self.fb.renew_lock()  # a child killed inside its index swap may have left the old lock held
+            self.launch()
+        except Exception as e:  # noqa: BLE001 - no room in /dev/shm, no fds, a spawn that fails: try again later
+            self._started_at = time.monotonic()
+            self._failed(f"cannot start the camera process: {_one_line(e)}")
+            return
+        if self.process_error:
+            self.log("info", f"camera process started again (was: {self.process_error})")
+        self.process_error = ""
+        self._restart_pending = False
+
+    def _failed(self, line: str) -> None:
+        if line != self.process_error:  # logged once per distinct error, not every retry
+            self.log("error", f"{line}; trying again every {RESTART_INTERVAL_S:.0f} s")
+        self.process_error = line
 
     def stop(self, timeout: float = 2.0) -> None:
         """Ask the child to exit (then SIGTERM, then SIGKILL) and remove the shared blocks."""
@@ -176,6 +263,8 @@ class CameraProcess:
         answering = alive and beat > 0 and now - beat <= NOT_ANSWERING_S
         state = "running" if answering else ("starting" if alive and beat == 0 else
                                              ("not answering" if alive else "exited"))
+        if self._restart_pending and self.process_error:
+            state = "cannot start"
         return {
             "transport": self.report.get("transport", ""),
             "topic": self.report.get("topic", "") if s[SUBSCRIBED] else "",
@@ -191,8 +280,17 @@ class CameraProcess:
             "process_state": state,
             "process_restarts": self.restarts,
             "process_last_exit": self.last_exit or "",
+            "process_error": self.process_error,
+            "restarts_no_frames": self.restarts_no_frames,
+            "publishers_matched": int(s[PUBLISHERS]) if alive else 0,
+            "last_frame_age_s": (now - float(s[LAST_RECV])) if alive and s[LAST_RECV] > 0 else float("nan"),
             "heartbeat_age_s": (now - beat) if beat > 0 else float("nan"),
         }
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if text else type(e).__name__
 
 
 def describe_exit(proc) -> str:
@@ -266,13 +364,15 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
         s[MAX_IMAGE_BYTES], s[MAX_IMAGE_PIXELS] = node.p["max_image_bytes"], node.p["max_image_pixels"]
         topic = "image/compressed" if node.p["transport"] == "compressed" else "image"
         conn.send({"ok": True, "declared": sorted(node._parameters), "undeclared": sorted(undeclared_overrides(node)),
-                   "transport": node.p["transport"], "topic": node.resolve_topic_name(topic)})
+                   "transport": node.p["transport"], "topic": node.resolve_topic_name(topic),
+                   "no_frames_restart_s": node.p.get("no_frames_restart_s")})
         conn.close()
         ex = SingleThreadedExecutor()
         ex.add_node(node)
         while not stop["now"] and not s[CMD_STOP] and os.getppid() == parent_pid:
             if s[CMD_SUBSCRIBE] and node.sub is None:
                 node.start()
+                s[SUBSCRIBED_AT] = time.monotonic()
                 s[SUBSCRIBED] = 1.0
             ex.spin_once(timeout_sec=0.05)
             _write_stats(s, node)
@@ -289,4 +389,10 @@ def _write_stats(s: np.ndarray, node) -> None:
     s[RATE_HZ], s[CONVERT_MS] = st["rate_hz"], st["convert_ms_last"]
     for i, kind in enumerate(DROP_KINDS):
         s[KIND0 + i] = st["invalid_by_kind"].get(kind, 0)
+    s[LAST_RECV] = st["last_recv_time"]
+    if node.sub is not None:
+        matched = node.sub.get_publisher_count()
+        if matched and not s[PUBLISHERS]:
+            s[MATCHED_SINCE] = time.monotonic()
+        s[PUBLISHERS] = matched
     s[HEARTBEAT] = time.monotonic()
