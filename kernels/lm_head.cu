@@ -1,7 +1,10 @@
 // Constrained LM head + on-device argmax: final RMSNorm fused, logits over the 256 action rows only
 // (the last 256 vocabulary rows of the tied embedding), then the last block to finish (atomic ticket)
 // takes the argmax (first index on ties), writes the token id (vocab0 + index) and the row index that
-// the next decode pass gathers its embedding from. Twins: ops.rms_norm, x @ head.T, ops.argmax_rows.
+// the next decode pass gathers its embedding from. A row holding any non-finite logit (NaN, +-inf: a forward
+// pass that overflowed) gives token -1 and row index 0 (so a following decode pass still gathers a valid row);
+// the flag rides on the reduction's existing barrier (__syncthreads_or). Twins: ops.rms_norm, x @ head.T,
+// ops.argmax_rows.
 #include "common.cuh"
 
 #define HEAD_THREADS 256
@@ -34,8 +37,10 @@ lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float
     __threadfence();
     float best = -INFINITY;
     int bidx = 0x7fffffff;
+    int bad = 0;  // this thread saw a NaN or an inf (exponent bits all ones)
     for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
         const float v = __ldcg(logits + i);
+        bad |= (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
         if (v > best || (v == best && i < bidx)) { best = v; bidx = i; }
     }
 #pragma unroll
@@ -45,13 +50,13 @@ lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float
         if (ov > best || (ov == best && oi < bidx)) { best = ov; bidx = oi; }
     }
     if (lane == 0) { bv[warp] = best; bi[warp] = bidx; }
-    __syncthreads();
+    bad = __syncthreads_or(bad);
     if (threadIdx.x == 0) {
         best = bv[0]; bidx = bi[0];
         for (int w = 1; w < HEAD_THREADS / 32; ++w)
             if (bv[w] > best || (bv[w] == best && bi[w] < bidx)) { best = bv[w]; bidx = bi[w]; }
-        tokens_out[step] = vocab0 + bidx;
-        tok_idx[0] = bidx;
+        tokens_out[step] = bad ? -1 : vocab0 + bidx;
+        tok_idx[0] = bad ? 0 : bidx;
         *ticket = 0;
     }
 }

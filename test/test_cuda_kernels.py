@@ -175,6 +175,50 @@ def test_lm_head_argmax(k):
     assert int(tokidx.get()[0]) == 0
 
 
+def test_lm_head_argmax_non_finite_gives_minus_one(k):
+    """A NaN or an inf anywhere in the hidden vector or the head rows: token -1 and row index 0 (a following decode
+    pass gathers a valid row); the same launch on a finite row afterwards still matches the twin."""
+    rng = np.random.default_rng()
+    H, V0 = 1536, 151936 - 256
+    ln = cp.asarray(f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32)))
+    logits = poison((8, 256))
+    ticket = cp.zeros(1, cp.int32)
+    tokidx = cp.full(1, -1, cp.int32)
+    tokens = cp.full(8, -7, cp.int32)
+
+    def run(x, head, step):
+        tokidx.fill(-1)
+        k.lm_head_argmax((32,), (256,), (cp.asarray(x), ln, f32(1e-6), i32(H), cp.asarray(head), i32(256),
+                                         logits[step], ticket, tokidx, tokens, i32(step), i32(V0)), shared_mem=4 * H)
+        return int(tokens.get()[step]), int(tokidx.get()[0])
+
+    nan_bf16, pinf_bf16, ninf_bf16 = np.uint16(0x7FC0), np.uint16(0x7F80), np.uint16(0xFF80)
+    cases = []
+    for bad in (np.nan, np.inf, -np.inf):  # in the hidden vector
+        x = rng.standard_normal(H).astype(np.float32)
+        x[rng.integers(H)] = bad
+        cases.append((x, bf(rng, (256, H), 0.05)))
+    for bad in (nan_bf16, pinf_bf16, ninf_bf16):  # in one head row
+        head = bf(rng, (256, H), 0.05)
+        head[rng.integers(256), rng.integers(H)] = bad
+        cases.append((rng.standard_normal(H).astype(np.float32), head))
+    for step, (x, head) in enumerate(cases):
+        tok, idx = run(x, head, step % 8)
+        with np.errstate(all="ignore"):
+            ref = ops.argmax_rows((ops.rms_norm(x, bf16_to_f32(cp.asnumpy(ln)), 1e-6)
+                                   @ bf16_to_f32(head).T)[None].astype(np.float32))[0]
+        assert ref == -1  # the twin agrees that this row is non-finite
+        assert (tok, idx) == (-1, 0), f"case {step}: token {tok}, row index {idx}"
+        assert int(ticket.get()[0]) == 0
+    x = rng.standard_normal(H).astype(np.float32)  # a finite row after them
+    head = bf(rng, (256, H), 0.05)
+    tok, idx = run(x, head, 7)
+    got = logits.get()[7]
+    ref = ops.rms_norm(x, bf16_to_f32(cp.asnumpy(ln)), 1e-6) @ bf16_to_f32(head).T
+    assert rel(got, ref) < 1e-5
+    assert idx == int(np.argmax(got)) and tok == V0 + idx
+
+
 def test_vision_encode(k):
     rng = np.random.default_rng()
     H = 1536
@@ -186,6 +230,25 @@ def test_vision_encode(k):
     ref = ops.vision_encode(frame, bf16_to_f32(W), bf16_to_f32(b), bf16_to_f32(pe))
     assert rel(x.get(), ref) < 1e-5
     assert rel(pooled.get(), ref.mean(axis=0)) < 1e-5
+
+
+@pytest.mark.parametrize("H,N,T", [(256, 0, 3), (1280, 1792, 40), (2048, 2560, 48)])
+def test_rmsnorm_bf16_sizes(k, H, N, T):
+    """The prefill norm at the edges of its register plan (H = 256 .. 2048), with and without the bias rows."""
+    rng = np.random.default_rng()
+    x = (3 * rng.standard_normal((T, H))).astype(np.float32)
+    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    out = poison((T, H), np.uint16)
+    if N:
+        bias = rng.standard_normal(N).astype(np.float32)
+        y = poison((T, N))
+        args = (cp.asarray(bias), i32(N), y)
+    else:
+        args = (NULL, i32(0), NULL)
+    k.rmsnorm_bf16((T,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), i32(H), out) + args)
+    assert rel(bf16_to_f32(out.get()), ops.rms_norm(x, bf16_to_f32(ln), 1e-6)) < 5e-3
+    if N:
+        assert (y.get() == bias[None, :]).all()
 
 
 def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
