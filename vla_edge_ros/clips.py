@@ -181,16 +181,33 @@ class ImageFolderClip(_Source):
     def __init__(self, path: str, fps: float = 30.0, frame_id: str = DEFAULT_FRAME_ID):
         self.path, self.fps, self.frame_id = str(path), _positive_fps(fps, str(path)), frame_id
         self.name = os.path.basename(os.path.normpath(self.path))
-        self.files = sorted(p for p in Path(self.path).iterdir() if p.suffix.lower() in IMAGE_EXTS)
+        named = sorted(p for p in Path(self.path).iterdir() if p.suffix.lower() in IMAGE_EXTS)
+        # only regular files (or links to them): a folder, FIFO or socket named like an image is skipped
+        self.files = [p for p in named if p.is_file()]
+        self.not_files = [p.name for p in named if p not in self.files]
         if not self.files:
-            raise ClipError(f"{self.path}: no images ({', '.join(IMAGE_EXTS)})")
+            raise ClipError(f"{self.path}: no images ({', '.join(IMAGE_EXTS)}){self.not_files_note(', ')}")
         self.expected = len(self.files)
+
+    def not_files_note(self, sep: str = "") -> str:
+        """'' or `sep` + how many entries named like images were skipped because they are not files."""
+        n = len(self.not_files)
+        if not n:
+            return ""
+        names = ", ".join(self.not_files[:3]) + (", ..." if n > 3 else "")
+        return f"{sep}skipped {n} {'entry' if n == 1 else 'entries'} named like an image but not a file ({names})"
 
     def items(self, counters: Counters | None = None, base_ns: int = 0) -> Iterator[Item]:
         c = counters if counters is not None else Counters()
         for index, file in enumerate(self.files):
             t = int(round(index * 1e9 / self.fps))
-            blob = file.read_bytes()
+            try:
+                blob = file.read_bytes() if file.is_file() else None
+            except OSError:
+                blob = None
+            if blob is None:  # removed, replaced or made unreadable since the folder was listed: damaged
+                c.skipped_corrupt += 1
+                continue
             if file.suffix.lower() in (".jpg", ".jpeg"):
                 c.frames += 1
                 yield Item(t, base_ns + t, self.frame_id, "compressed", data=blob, fmt="jpeg")
@@ -219,7 +236,7 @@ def bag_paths(path: Path) -> list[Path]:
 def is_bag(path: Path) -> bool:
     path = Path(path)
     if path.is_dir():
-        return (path / "metadata.yaml").is_file() or any(p.suffix in BAG_EXTS for p in path.iterdir())
+        return (path / "metadata.yaml").is_file() or any(p.suffix in BAG_EXTS and p.is_file() for p in path.iterdir())
     return path.suffix in BAG_EXTS
 
 

@@ -23,48 +23,73 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
+# Every number option is bounded, so that no huge or tiny finite value overflows later (a float that becomes inf
+# in a product, a timeout that is too long for the OS, an int that does not fit a C int). The defaults below
+# bound every tool's options; `bounded` gives an option its own tighter range.
+MAX_NUMBER = 1e9  # a duration of 31 years in seconds, 11 days in ms: nothing a tool means is larger
+MIN_POSITIVE = 1e-6  # a rate, factor or duration smaller than this is a typo (and 1/x would be huge)
+MAX_INT = (1 << 31) - 1  # fits the C int (scheduler priorities, OpenCV sizes) that the value may end up in
+
+
 def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+
+
+def bounded(lo: float, hi: float, kind=float):
+    """Return an argparse type: a finite `kind` (float or int) in [lo, hi], else one line saying the range."""
+    def parse(text: str):
+        v = _integer(text) if kind is int else _number(text)
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"must be a{'n integer' if kind is int else ' number'} from "
+                                             f"{lo:g} to {hi:g}, not {text[:40]}")
+        return v
+    parse.__name__ = f"{kind.__name__} in [{lo:g}, {hi:g}]"
+    return parse
 
 
 def finite_positive(text: str) -> float:
-    """Parse an option (argparse type): a finite float > 0 (refuses inf, nan, 0 and negatives)."""
+    """Parse an option (argparse type): a finite float > 0, in [MIN_POSITIVE, MAX_NUMBER]."""
     v = _number(text)
     if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text[:40]}")
+    if not MIN_POSITIVE <= v <= MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be from {MIN_POSITIVE:g} to {MAX_NUMBER:g}, not {text[:40]}")
     return v
 
 
 def finite_non_negative(text: str) -> float:
-    """Parse an option (argparse type): a finite float >= 0."""
+    """Parse an option (argparse type): a finite float >= 0, at most MAX_NUMBER."""
     v = _number(text)
     if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text[:40]}")
+    if v > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NUMBER:g}, not {text[:40]}")
     return v
 
 
 def positive_int(text: str) -> int:
-    """Parse an option (argparse type): an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {v}")
+    """Parse an option (argparse type): an integer from 1 to MAX_INT."""
+    v = _integer(text)
+    if not 1 <= v <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_INT}, not {text[:40]}")
     return v
 
 
 def non_negative_int(text: str) -> int:
-    """Parse an option (argparse type): an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {v}")
+    """Parse an option (argparse type): an integer from 0 to MAX_INT."""
+    v = _integer(text)
+    if not 0 <= v <= MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_INT}, not {text[:40]}")
     return v
 
 

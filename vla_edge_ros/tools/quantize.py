@@ -17,7 +17,9 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -28,12 +30,38 @@ from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, search_cli
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32, save_file
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..model.weights import LAYER_TENSORS, LINEARS, Weights, load_weights
+from .cli import Parser, bounded
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+MAX_CALIB_FRAMES = 256  # x 32 tokens: the calibration pass holds [32 N, 32 N] attention scores per head
+MAX_CALIB_TOKENS = 1 << 16
 
 
 class QuantizeError(Exception):
     """Input this tool refuses; the message is one line."""
+
+
+class _StopOnSignal:
+    """SIGINT and SIGTERM raise KeyboardInterrupt once (so `finally` blocks clean up), later ones are ignored
+    until the cleanup is done; the one that came is `signum` / `name` (SIGINT when none came)."""
+
+    def __init__(self):
+        self.signum, self.name = int(signal.SIGINT), "Ctrl-C"
+        self._hit = False
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():  # signal handlers: the main thread only
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self._hit:
+            return
+        self._hit = True
+        self.signum, self.name = signum, "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    def restore(self):
+        for s, h in self._old.items():
+            signal.signal(s, h)
 
 
 def _is_weight_file(name: str) -> bool:
@@ -133,9 +161,8 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="vla-edge-quantize", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.strip().splitlines()[-1],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser(prog="vla-edge-quantize", description=__doc__.split("\n\n")[0],
+               epilog=__doc__.strip().splitlines()[-1], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", required=True, help="bf16 (or fp16/fp32) HF-layout model directory")
     p.add_argument("--format", required=True, choices=FORMATS, help="published 4-bit layout to write")
     p.add_argument("--symmetric", action="store_true",
@@ -143,20 +170,26 @@ def main(argv=None) -> int:
     p.add_argument("--calib-clip", default=None,
                    help="clip (video, image folder, bag, or 'synthetic') whose frames drive a per-group clip search "
                         "(without it: plain round-to-nearest)")
-    p.add_argument("--calib-frames", type=int, default=16, help="frames taken from --calib-clip (32 tokens each)")
-    p.add_argument("--calib-tokens", type=int, default=256, help="activation rows each search uses")
+    p.add_argument("--calib-frames", type=bounded(1, MAX_CALIB_FRAMES, int), default=16,
+                   help=f"frames taken from --calib-clip (32 tokens each), 1 to {MAX_CALIB_FRAMES}")
+    p.add_argument("--calib-tokens", type=bounded(1, MAX_CALIB_TOKENS, int), default=256,
+                   help=f"activation rows each search uses, 1 to {MAX_CALIB_TOKENS}")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument("--out", required=True, help="output model directory (absent or empty)")
     a = p.parse_args(argv)
-    if a.calib_frames < 1 or a.calib_tokens < 1:
-        p.error("--calib-frames and --calib-tokens must be >= 1")
     t0 = time.perf_counter()
+    stop = _StopOnSignal()
     try:
         frames = load_calibration_frames(a.calib_clip, a.calib_frames) if a.calib_clip else None
         r = quantize_model(a.model, a.out, a.format, a.symmetric, a.force, frames, a.calib_tokens)
     except (QuantizeError, ModelLoadError, OutputDirError, ValueError, OSError) as e:
         print(f"vla-edge-quantize: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: atomic_output_dir has removed its temporary folder
+        print(f"vla-edge-quantize: interrupted ({stop.name}); {a.out} not written", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        stop.restore()
     if r["calib_error"] is not None:
         print(f"clip search on {len(frames)} frames of {a.calib_clip}: calibration output error "
               f"{r['calib_error']:.3f}x that of plain round-to-nearest")

@@ -33,9 +33,10 @@ import time
 
 from ..clips import BagClip, ClipError, Counters, Item, open_clip
 from ..synthetic_bag import make_test_bag
-from .cli import Parser, fail, finite_non_negative, finite_positive
+from .cli import Parser, bounded, fail, finite_non_negative
 
 RESYNC_S = 0.5  # when the publisher falls this far behind (e.g. SIGSTOP), restart the schedule
+MAX_ACK_TIMEOUT_S = 3600.0  # --ack-timeout: an hour (rclpy turns seconds into int64 nanoseconds)
 DEFAULT_TOPIC = "/camera/image_raw"
 
 
@@ -123,7 +124,8 @@ def build_parser() -> Parser:
                                    "+ /compressed for compressed output)")
     p.add_argument("--format", choices=("auto", "raw", "compressed"), default="auto",
                    help="output message type; auto: as recorded (video/folder/synthetic: raw) (default: auto)")
-    p.add_argument("--rate", type=finite_positive, default=1.0, help="playback speed factor (default: 1.0)")
+    p.add_argument("--rate", type=bounded(0.001, 1000.0), default=1.0,
+                   help="playback speed factor, 0.001 to 1000 (default: 1.0)")
     p.add_argument("--loop", action="store_true", help="start again at the end (default: one pass)")
     qos = p.add_mutually_exclusive_group()
     qos.add_argument("--best-effort", action="store_true",
@@ -132,8 +134,8 @@ def build_parser() -> Parser:
     p.add_argument("--depth", type=_int_range(1, 10000), default=5, help="publisher history depth (default: 5)")
     p.add_argument("--duration", type=finite_non_negative, default=0.0,
                    help="stop after this many seconds (default: 0 = no limit)")
-    p.add_argument("--fps", type=finite_positive, default=None,
-                   help="frame rate of image folders and synthetic clips; overrides a video's own rate "
+    p.add_argument("--fps", type=bounded(0.01, 10000.0), default=None,
+                   help="frame rate (0.01 to 10000) of image folders and synthetic clips; overrides a video's own rate "
                         "(default: the video's rate, 30 for folders, 60 for synthetic)")
     p.add_argument("--frame-id", default="camera",
                    help="header frame_id for videos, folders and synthetic clips; bags keep their own "
@@ -141,13 +143,13 @@ def build_parser() -> Parser:
     p.add_argument("--bag-topic", help="which image topic of the bag to replay (default: the first by name)")
     p.add_argument("--wait-subscriber", type=finite_non_negative, default=0.0,
                    help="wait up to this many seconds for a subscriber before starting (default: 0)")
-    p.add_argument("--ack-timeout", type=finite_non_negative, default=10.0,
+    p.add_argument("--ack-timeout", type=bounded(0.0, MAX_ACK_TIMEOUT_S), default=10.0,
                    help="with reliable QoS, wait up to this many seconds at the end for every subscriber to "
                         "acknowledge the last frames; a lost message is repaired after the writer's next "
-                        "heartbeat (every 3 s by default in Fast DDS); 0: exit at once (default: 10)")
+                        "heartbeat (every 3 s by default in Fast DDS); 0: exit at once; at most 3600 (default: 10)")
     p.add_argument("--jpeg-quality", type=_int_range(1, 100), default=90,
                    help="JPEG quality for --format compressed from raw frames (default: 90)")
-    p.add_argument("--min-fraction", type=float, default=0.5,
+    p.add_argument("--min-fraction", type=bounded(0.0, 1.0), default=0.5,
                    help="exit 1 when a full pass publishes less than this fraction of the frames the source "
                         "declares (default: 0.5)")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary (default: show them)")
@@ -254,6 +256,8 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
     expected = getattr(source, "expected", None)
     log(f"{a.source} ({type(source).__name__}, {in_kind}, {expected or '?'} frames) -> {topic} [{out_kind}, "
         f"{'reliable' if reliable else 'best_effort'}] rate x{a.rate:g}{' loop' if a.loop else ''}")
+    if getattr(source, "not_files", None):
+        log(f"{expected} images in {a.source}; {source.not_files_note()}")
 
     if a.wait_subscriber > 0:
         t_end = time.monotonic() + a.wait_subscriber
