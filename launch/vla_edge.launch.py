@@ -1,19 +1,20 @@
 """Start vla_edge (the ReasoningNode, and the CameraNode in a child process it starts) with config/vla_edge.yaml.
 
     ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model image_topic:=/camera/image_raw
-    ros2 launch vla_edge_ros vla_edge.launch.py make_tiny_model:=true action_topic:=/cmd_vel
+    ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model action_type:=twist action_topic:=/cmd_vel
     ros2 launch vla_edge_ros vla_edge.launch.py params_file:=my.yaml namespace:=robot1 log_level:=debug
 
 The parameter arguments (model_path, make_tiny_model, policy, backend, transport, qos_reliability,
-use_sim_time, autostart) are empty by default and then set nothing: the value comes from params_file.  Given on
+use_sim_time, action_type, autostart) are empty by default and then set nothing: the value comes from params_file.  Given on
 the command line they override it.  Parameters go to the process as, in this order, ``--params-file
 <params_file>`` and one ``-p name:=value`` per given argument (rcl applies them in order, the last
 wins); both are scoped to the group below.  launch_yaml's file does exactly the same
 (test/test_launch.py compares the two).
 
 The node name is deliberately not set: ``name=`` becomes ``__node:=`` and would rename both nodes
-of the process.  FASTRTPS_DEFAULT_PROFILES_FILE points at the installed Fast DDS profile with an
-8 MiB shared-memory segment (docs/DESIGN.md §8); it applies to every process this launch starts.
+of the process.  VLA_EDGE_CAMERA_FASTDDS_PROFILE points at the installed Fast DDS profile with an
+8 MiB shared-memory segment (docs/DESIGN.md §8); vla_edge applies it to its camera process only (the
+reasoning process runs UDP only: nodes/bringup.py, udp_only_transport).
 """
 
 from launch import LaunchDescription
@@ -32,6 +33,7 @@ PARAM_ARGS = {
     "transport": "raw | compressed (camera input)",
     "qos_reliability": "best_effort (live camera) | reliable (bag replay)",
     "use_sim_time": "true | false: follow /clock (bag replay with --clock)",
+    "action_type": "twist_stamped | twist: message type of ~/action",
     "autostart": "true | false: configure and activate the lifecycle node at start-up; false: wait for a "
                  "lifecycle manager",
 }
@@ -60,8 +62,8 @@ def generate_launch_description():
         DeclareLaunchArgument("image_topic", default_value="/camera/image_raw",
                               description="camera topic (raw); '<image_topic>/compressed' for transport:=compressed"),
         DeclareLaunchArgument("action_topic", default_value="",
-                              description="remap the TwistStamped output ~/action (default /vla_edge/action), "
-                                          "e.g. /cmd_vel"),
+                              description="remap the command output ~/action (default /vla_edge/action), "
+                                          "e.g. /cmd_vel (with action_type twist for a Twist base)"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of both nodes"),
         DeclareLaunchArgument("log_level", default_value="info", description="debug | info | warn | error | fatal"),
     ] + [DeclareLaunchArgument(name, default_value="", description=f"{text} (default: from params_file)")
@@ -84,7 +86,7 @@ def generate_launch_description():
         ),
     ])
     return LaunchDescription(args + [
-        SetEnvironmentVariable("FASTRTPS_DEFAULT_PROFILES_FILE",
+        SetEnvironmentVariable("VLA_EDGE_CAMERA_FASTDDS_PROFILE",
                                PathJoinSubstitution([pkg, "config", "fastdds_shm.xml"])),
         group,
     ])

@@ -144,11 +144,16 @@ def test_node_unnamed_and_fast_dds_profile():
     assert not any(k.arg == "name" for k in _calls("Node")[0].keywords)
     remaps = {r["from"]: r["to"] for r in node["remap"]}
     assert remaps == {"image": "$(var image_topic)", "image/compressed": "$(var image_topic)/compressed"}
+    # the shared-memory profile goes to the camera process only (issue 20): never FASTRTPS_DEFAULT_PROFILES_FILE,
+    # which the reasoning process would take as the user's own transport choice
+    from vla_edge_ros.nodes.bringup import CAMERA_PROFILE_VAR, PROFILE_VARS
+
     env = [e["set_env"] for e in _yaml_entries() if "set_env" in e]
-    assert env and env[0]["name"] == "FASTRTPS_DEFAULT_PROFILES_FILE"
+    assert [e["name"] for e in env] == [CAMERA_PROFILE_VAR]
     assert env[0]["value"].endswith("/config/fastdds_shm.xml")
     src = PY.read_text()
-    assert "FASTRTPS_DEFAULT_PROFILES_FILE" in src and '"fastdds_shm.xml"' in src
+    assert f'"{CAMERA_PROFILE_VAR}"' in src and '"fastdds_shm.xml"' in src
+    assert not any(v in src or v in YAML.read_text() for v in PROFILE_VARS)
 
     import xml.etree.ElementTree as ET
 
@@ -164,13 +169,16 @@ def test_monitoring_configs_match_what_the_node_publishes():
     config/vla_edge.rviz shows the debug image with a QoS that matches its publisher (best effort)."""
     agg = yaml.safe_load((ROOT / "config" / "diagnostics_analyzers.yaml").read_text())
     params = agg["analyzers"]["ros__parameters"]
-    analyzer = params["vla_edge"]
-    assert analyzer["type"] == "diagnostic_aggregator/GenericAnalyzer"
     node_src = (ROOT / "vla_edge_ros" / "nodes" / "reasoning_node.py").read_text()
-    for name in analyzer["expected"]:
-        node, what = name.split(": ")
-        assert node == "vla_edge" and f'name=f"{{self.get_name()}}: {what}"' in node_src, name
-        assert any(name.startswith(p) for p in analyzer["startswith"])
+    # status names are the node's full name without the leading slash (the namespace keeps robots apart)
+    assert 'self.status_prefix = self.get_fully_qualified_name().lstrip("/")' in node_src
+    for key, prefix in (("vla_edge", "vla_edge"), ("robot1_vla_edge", "robot1/vla_edge")):
+        analyzer = params[key]
+        assert analyzer["type"] == "diagnostic_aggregator/GenericAnalyzer"
+        for name in analyzer["expected"]:
+            node, what = name.split(": ")
+            assert node == prefix and f'name=f"{{self.status_prefix}}: {what}"' in node_src, name
+            assert any(name.startswith(p) for p in analyzer["startswith"])
     rviz = yaml.safe_load((ROOT / "config" / "vla_edge.rviz").read_text())
     (image,) = [d for d in rviz["Visualization Manager"]["Displays"] if d["Class"] == "rviz_default_plugins/Image"]
     assert image["Topic"]["Value"] == "/vla_edge/debug_image"

@@ -39,6 +39,7 @@ MODULE_KEYS = {
     "ament_index_python": "ament_index_python",
     "launch": "launch",
     "launch_ros": "launch_ros",
+    "bondpy": "bondpy",
     "ament_flake8": "ament_flake8",
     "ament_pep257": "ament_pep257",
 }

@@ -54,8 +54,14 @@ def test_tunable_and_read_only_parameters():
     ({"fallback": "brake"}, "fallback='brake' is not one of zero, hold"),
     ({"twist_map": [0, 1, 2, 3, 4, 9]}, "twist_map entries"),
     ({"twist_scale": [1.0, 2.0]}, "twist_scale needs 6 entries"),
-    ({"kv_capacity_tokens": 1024}, "kv_capacity_tokens is read-only"),
-    ({"policy": "semantic"}, "policy is read-only"),
+    ({"kv_capacity_tokens": 1024}, "kv_capacity_tokens can only be changed while the node is unconfigured"),
+    ({"policy": "semantic"}, "policy can only be changed while the node is unconfigured"),
+    ({"action_labels": ["a"] * 8}, "action_labels is read-only"),
+    ({"action_frame_id": "x" * 1024}, "action_frame_id is longer than 255 characters"),
+    ({"velocity_limits": [0.5] * 5}, "velocity_limits needs 6 entries"),
+    ({"velocity_limits": [0.5, 0.5, 0.5, 1.0, 1.0, float("nan")]}, "velocity_limits entries must be finite"),
+    ({"acceleration_limits": [-1.0] + [0.0] * 5}, "acceleration_limits entries must be finite and in [0.0"),
+    ({"action_stamp": "header"}, "action_stamp='header' is not one of now, frame"),
     ({"ema_alpha": "0.3"}, "ema_alpha: wrong type str"),
     ({"nonsense": 1}, "nonsense is not a parameter"),
 ])
@@ -69,9 +75,21 @@ def test_possible_run_time_changes_are_accepted():
     cur = P.defaults(P.REASONING_SPECS)
     ok = [{"period_ms": 50.0}, {"safety_margin_ms": 5.0}, {"ema_alpha": 0.5, "tail_k": 2.0},
           {"period_ms": 10.0, "safety_margin_ms": 9.0},  # together: checked against each other, not the old values
-          {"fallback": "hold"}, {"max_frame_age_ms": 500.0}, {"twist_scale": [0.5] * 6}, {"twist_map": [-1] * 6}]
+          {"fallback": "hold"}, {"max_frame_age_ms": 500.0}, {"twist_scale": [0.5] * 6}, {"twist_map": [-1] * 6},
+          {"velocity_limits": [0.1] * 6}, {"acceleration_limits": [2.0] * 6}, {"action_stamp": "frame"}]
     for ch in ok:
         assert P.check_update(cur, ch, P.REASONING_SPECS) == [], ch
+
+
+def test_model_settings_change_only_while_unconfigured():
+    """A lifecycle manager may fix model_path (or the cache size) between configure attempts, not under a running
+    engine."""
+    cur = P.defaults(P.REASONING_SPECS)
+    for ch in ({"model_path": "/models/other"}, {"kv_capacity_tokens": 1024, "policy": "semantic"},
+               {"backend": "numpy"}, {"warmup_chunks": 0}):
+        assert P.check_update(cur, ch, P.REASONING_SPECS, configured=False) == [], ch
+        assert any("only be changed while the node is unconfigured" in p
+                   for p in P.check_update(cur, ch, P.REASONING_SPECS, configured=True)), ch
 
 
 def test_admission_and_cycle_configure():

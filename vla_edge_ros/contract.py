@@ -2,7 +2,8 @@
 
 - ``ChunkPlan``: which slots a chunk writes and the retention order attention reads (kv_cache.py makes it);
 - ``PhaseTimings``: what one chunk cost, per phase (the admission EMAs learn from it);
-- ``BackendResult``: what a backend hands back for one chunk;
+- ``BackendResult``: what a backend hands back for one chunk (``NON_FINITE_TOKEN`` marks an action row whose
+  logits were not finite; the engine turns it into ``NonFiniteOutput``);
 - ``Backend``: the protocol both backends implement (model/reference.py: NumPy; cuda/backend.py: CUDA);
 - ``EngineProtocol``: what the control loop (cycle.py, runtime.py) uses of an engine (engine.Engine; a test may
   hand the node a stand-in that implements it).
@@ -43,9 +44,22 @@ class PhaseTimings:
     decode_tokens: int = ACTION_TOKENS
 
 
+NON_FINITE_TOKEN = -1  # a backend's token for an action row whose logits held NaN/inf (the argmax is meaningless)
+
+
+class NonFiniteOutput(RuntimeError):
+    """A chunk's forward pass produced NaN/inf (weights that overflow in the arithmetic, not in the file): no action
+    comes of it. ``phase`` names where it was seen: "vision" (the projector's output) or "action logits" (the
+    transformer layers, the final norm or the head); ``timings`` are the chunk's measured phases (still a real cost)."""
+
+    def __init__(self, phase: str, message: str, timings: "PhaseTimings | None" = None):
+        super().__init__(message)
+        self.phase, self.timings = phase, timings
+
+
 @dataclass
 class BackendResult:
-    tokens: np.ndarray  # int32 [8], ids in the last-256 range
+    tokens: np.ndarray  # int32 [8], ids in the last-256 range; NON_FINITE_TOKEN where the row's logits were not finite
     pooled: np.ndarray  # float32 [H]: mean of the frame's 32 vision embeddings
     timings: PhaseTimings
     logits: np.ndarray | None = None  # [8, 256] action logits when a test asks for them

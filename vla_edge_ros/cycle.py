@@ -22,8 +22,8 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    on a slow host"), so rare probes would keep the estimate above the budget. A model that really does not
    fit costs one background chunk per `probe_after` cycles;
 4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
-   (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the engine
-   raised -> fallback `engine_error`;
+   (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the forward pass
+   overflowed (NaN/inf logits) -> fallback `non_finite`; the engine raised -> fallback `engine_error`;
 5. EMAs updated from the chunk's measured per-phase timings.
 
 The caller publishes `outcome.action` (after `finalize`, the last guard) and then calls
@@ -48,13 +48,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .admission import AdmissionController, PhaseTimings, check_budget
+from .contract import NonFiniteOutput
 from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
 from .frame_buffer import FrameBuffer
 from .metrics import CycleStats
 
 FALLBACK_MODES = ("zero", "hold")
 # Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
-# "non_finite": the last guard before publishing found NaN/inf in the action or its twist (see `finalize`);
+# "non_finite": the chunk's forward pass overflowed (NonFiniteOutput: NaN/inf logits or vision embedding), or the
+# last guard before publishing found NaN/inf in the action or its twist (see `finalize`);
 # "inactive": the one zero action published when the caller stops (see `stop_outcome`).
 # "internal_error": the caller's last resort when the cycle itself raised (see `internal_error_outcome`).
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
@@ -154,6 +156,7 @@ class CycleOutcome:
     wait_until: float | None = None  # when the deadline guard stopped waiting for the chunk
     scheduled: float | None = None  # the grid time this tick was due (see ReasoningCycle.tick)
     missed_before: int = 0  # grid slots between the previous tick and this one that never ran
+    clamped: int = 0  # twist components the command limits clamped (runtime.Runtime.publish_outcome)
 
 
 REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)
@@ -203,7 +206,7 @@ class ReasoningCycle:
         self.engine_errors = 0  # chunks that raised, on time or late
         self.bad_timings = 0  # chunk timings the admission controller rejected
         self.probes = 0  # refused chunks admitted anyway to re-measure the cost (probe_after)
-        self.non_finite = 0  # actions stopped by the last guard before publishing (finalize)
+        self.non_finite = 0  # chunks whose forward pass overflowed (NonFiniteOutput) + actions stopped by `finalize`
         # How long after the guard's wait ended the fallback was actually published, for recent overruns.
         # On a loaded CPU the waiting thread wakes milliseconds late (scheduler, GIL); the guard learns
         # that lag and stops waiting earlier by the part the safety margin does not cover.
@@ -317,6 +320,12 @@ class ReasoningCycle:
             # Walk away: the late result is harvested by a later tick, its action never published.
             self._pending, self._pending_seq = fut, frame.seq
             return self._fallback(out, "overrun")
+        except NonFiniteOutput as e:  # the model overflowed on this frame: never an action
+            self.non_finite += 1
+            out.error = f"{type(e).__name__} ({e.phase}): {e}"
+            if e.timings is not None:
+                self._learn(e.timings)
+            return self._fallback(out, "non_finite")
         except Exception as e:  # noqa: BLE001 - any engine failure becomes a fallback, never a crash
             self.engine_errors += 1
             out.error = f"{type(e).__name__}: {e}"
@@ -408,7 +417,10 @@ class ReasoningCycle:
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001
-            self.engine_errors += 1
+            if isinstance(e, NonFiniteOutput):
+                self.non_finite += 1
+            else:
+                self.engine_errors += 1
             out.late_error = f"{type(e).__name__}: {e}"
             if probe_budget is not None:
                 self._next_probe_gap(fitted=False)

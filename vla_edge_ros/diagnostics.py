@@ -21,18 +21,20 @@ def cycle_level(out: CycleOutcome) -> str:
 
 
 def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bool, stamp_ns: int) -> dict:
-    """The `~/cycle` key-values of one published outcome (floats are formatted by the caller)."""
+    """The `~/cycle` key-values of one published outcome (floats are formatted by the caller): `stamp_ns` is the
+    header stamp the command carried, `frame_stamp_ns` the source frame's capture stamp (-1: no frame yet)."""
     nan = float("nan")
     start = out.scheduled if out.scheduled is not None else out.t0
     vals = {
         "source": out.source, "reason": out.reason, "cycle": cycle_index, "cycle_ms": (t_publish - out.t0) * 1000.0,
         "since_scheduled_tick_ms": (t_publish - start) * 1000.0,
         "jitter_ms": out.jitter_ms, "missed_before": out.missed_before,
-        "tick_monotonic": f"{out.t0:.6f}", "late": late, "stamp_ns": stamp_ns, "frame_seq": out.frame_seq,
+        "tick_monotonic": f"{out.t0:.6f}", "late": late, "stamp_ns": stamp_ns,
+        "frame_stamp_ns": out.stamp_ns if out.stamp_ns is not None else -1, "frame_seq": out.frame_seq,
         "frame_age_ms": out.frame_age_ms if out.frame_age_ms is not None else nan,
         "remaining_ms": out.remaining_ms if out.remaining_ms is not None else nan,
         "estimate_ms": out.estimate_ms if out.estimate_ms is not None else nan,
-        "probe": out.probe,
+        "probe": out.probe, "clamped": out.clamped,
     }
     t = out.timings
     vals.update(vision_ms=t.vision_ms if t else nan, prefill_ms=t.prefill_ms if t else nan,
@@ -65,7 +67,8 @@ class Rollup:
     def level(self, r: dict, warning: str | None) -> tuple[str, str]:
         counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
                   "non_finite": r["non_finite_blocked"], "misses": r["deadline_misses"], "missed": r["missed_ticks"],
-                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS)}
+                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS),
+                  "clamped": r.get("clamped_velocity", 0) + r.get("clamped_acceleration", 0)}
         d = {k: v - self._prev.get(k, 0) for k, v in counts.items()}
         self._prev = counts
         if d["overruns"] or d["engine_errors"] or d["non_finite"] or d["misses"]:
@@ -80,6 +83,8 @@ class Rollup:
             lvl, msg = "ERROR", "no cycles"
         else:
             lvl, msg = "OK", f"{d['cycles']} cycles, all from the model"
+        if d["clamped"]:  # the limits doing their job: said, not a fault
+            msg += f"; {d['clamped']} command components clamped to the velocity / acceleration limits"
         if warning:
             lvl = "WARN" if lvl == "OK" else lvl
             msg += "; " + warning

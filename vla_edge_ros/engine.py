@@ -17,7 +17,8 @@ import numpy as np
 from .actions import ActionDecoder
 from .constants import (ACTION_TOKENS, ACTION_VOCAB, DEFAULT_PROMPT_TOKENS, FRAME_C, FRAME_H, FRAME_W,
                         KV_CAPACITY_TOKENS, VISION_TOKENS, VRAM_CEILING_GB)
-from .contract import BackendResult, ChunkPlan, PhaseTimings  # noqa: F401 - BackendResult re-exported
+from .contract import (NON_FINITE_TOKEN, BackendResult, ChunkPlan, NonFiniteOutput,  # noqa: F401 - re-exported
+                       PhaseTimings)
 from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
@@ -89,6 +90,19 @@ def prompt_length(model_dir: str) -> int:
         return int(len(system_prompt_ids(model_dir, ModelConfig.from_dir(model_dir).vocab_size)))
     except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
         return 0
+
+
+def check_finite(r: BackendResult) -> None:
+    """Raise NonFiniteOutput when a chunk's forward pass overflowed: the vision embedding (pooled, already on the
+    host) or any action row's logits (the backends mark such a row NON_FINITE_TOKEN; the CUDA head checks on the
+    device while it takes the argmax, at no extra pass). An overflowing model must never drive: the argmax of a
+    NaN row is a real bin."""
+    if not np.isfinite(r.pooled).all():
+        raise NonFiniteOutput("vision", "non-finite vision embedding: the vision projector overflowed", r.timings)
+    bad = np.flatnonzero(np.asarray(r.tokens) == NON_FINITE_TOKEN)
+    if bad.size:
+        raise NonFiniteOutput("action logits", f"non-finite action logits at action {', '.join(map(str, bad))}: the "
+                              "transformer layers, the final norm or the head overflowed", r.timings)
 
 
 class Engine:
@@ -166,6 +180,7 @@ class Engine:
                     self.fault_hook(plan)
                 kwargs = {"collect_logits": True} if collect_logits else {}
                 r = self.backend.run_chunk(frame, plan, self.start_token, **kwargs)
+                check_finite(r)
             except BaseException:
                 # The frame's KV is half written: forget the frame so no later chunk attends to it.
                 self.cache.discard(frame_id)

@@ -2,8 +2,9 @@
 
 `Runtime.build` loads the model into an Engine, warms it up, seeds the admission EMAs from the steady-state
 warm-up chunks and settles the garbage collector, so the first control cycles carry no one-time cost.
-`Runtime.step` is one control cycle for a caller that publishes: tick, the last guard (`finalize`), the
-caller's publish, the bookkeeping. `Runtime.values` is the ROS-free part of the 1 Hz roll-up.
+`Runtime.step` is one control cycle for a caller that publishes: tick, the last guard (`finalize`), the command
+limits (`CommandLimiter`), the caller's publish, the bookkeeping. `Runtime.values` is the ROS-free part of the
+1 Hz roll-up.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .admission import AdmissionController
+from .command_limits import CommandLimiter
+from .contract import NonFiniteOutput
 from .cycle import (FALLBACK_REASONS, CycleOutcome, ReasoningCycle, WarmupInterrupted, deadline_warning,
                     probe_after_cycles, release_after_run, settle_after_warmup, warm_up)
 from .frame_buffer import FrameBuffer
@@ -53,6 +56,7 @@ class Runtime:
     def __init__(self, engine, admission: AdmissionController, cycle: ReasoningCycle, settings, warmup_timings,
                  vram_interval_s: float = 0.5):
         self.engine, self.admission, self.cycle, self.settings = engine, admission, cycle, settings
+        self.limiter = CommandLimiter(settings.velocity_limits, settings.acceleration_limits)
         self.warmup_timings = list(warmup_timings)
         self.vram = VramSampler(interval_s=vram_interval_s)  # whole-device memory when a GPU is present, else idle
         self.vram.start()
@@ -85,6 +89,9 @@ class Runtime:
                 timings = warm_up(engine, s.warmup_chunks, should_stop=should_stop, seed=seed)
             except WarmupInterrupted:
                 raise
+            except NonFiniteOutput as e:  # finite weights whose arithmetic overflows: such a model never drives
+                raise StartupError(f"model refused ({model_path}): its forward pass overflows during warm-up, in "
+                                   f"the {e.phase}: {e}") from e
             except Exception as e:  # noqa: BLE001
                 raise StartupError(f"engine warm-up failed: {type(e).__name__}: {e}") from e
             # the first chunk carries compile/first-touch costs: seed from the steady-state ones
@@ -107,9 +114,14 @@ class Runtime:
         return self.publish_outcome(self.cycle.tick(t0, scheduled), publish)
 
     def publish_outcome(self, out: CycleOutcome, publish) -> Step:
-        """The last guard (a non-finite action becomes the zero `non_finite` fallback), the caller's publish, the
-        statistics. Also for the outcomes the caller makes itself (stop, internal error)."""
+        """The last guard (a non-finite action becomes the zero `non_finite` fallback), the command limits, the
+        caller's publish, the statistics. Also for the outcomes the caller makes itself (stop, internal error)."""
         twist = self.cycle.finalize(out, self.settings.twist_map, self.settings.twist_scale)
+        now = self.cycle.clock()
+        if out.reason == "inactive":
+            twist = self.limiter.hard_stop(now)
+        else:
+            twist, out.clamped = self.limiter.apply(twist, now)
         t_pub = publish(twist, out)
         return Step(out, twist, t_pub, self.cycle.record_published(out, t_pub))
 
@@ -133,6 +145,8 @@ class Runtime:
                              fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms))
         if {"period_ms", "safety_margin_ms"} & set(changes):
             self.deadline_warning = self._deadline_warning()
+        if {"velocity_limits", "acceleration_limits"} & set(changes):
+            self.limiter.configure(s.velocity_limits, s.acceleration_limits)
 
     def _deadline_warning(self) -> str | None:
         s = self.settings
@@ -158,6 +172,8 @@ class Runtime:
             "fallback_rate": s["fallback_rate"], "late_results_discarded": cyc.late_results,
             "probes": cyc.probes, "bad_timings": cyc.bad_timings, "non_finite_blocked": cyc.non_finite,
             "wake_slack_ms": cyc.wake_slack_s * 1000.0, "engine_errors": cyc.engine_errors,
+            "clamped_velocity": self.limiter.clamped_velocity,
+            "clamped_acceleration": self.limiter.clamped_acceleration,
         }
         n = max(1, s["cycles"])
         for reason in FALLBACK_REASONS:

@@ -42,10 +42,18 @@ class Spec:
     hi: float | int | None = None
     choices: tuple[str, ...] | None = None
     length: int | None = None  # arrays: required length
-    tunable: bool = False  # settable at run time (else read-only after start-up)
+    tunable: bool = False  # settable at run time, in every lifecycle state
+    configure_time: bool = False  # settable while unconfigured (a lifecycle manager fixes it, configures again)
+    max_chars: int | None = None  # strings: longest value accepted
 
 
 TRANSPORTS = ("raw", "compressed")
+ACTION_STAMPS = ("now", "frame")
+ACTION_TYPES = ("twist_stamped", "twist")
+# Conservative REP-103 defaults for a base driven by a model nobody has tuned yet: m/s for linear x, y, z and rad/s for
+# angular x, y, z (a TurtleBot3 tops out at 0.22 m/s, 2.84 rad/s; Nav2's velocity smoother defaults to 0.5, 2.0).
+VELOCITY_LIMITS = [0.25, 0.25, 0.25, 0.5, 0.5, 0.5]
+NAME_CHARS = 255  # a TF frame id, a label
 RELIABILITIES = ("best_effort", "reliable")
 DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
 
@@ -62,38 +70,61 @@ REASONING_SPECS: tuple[Spec, ...] = (
          0.0, 3600.0, tunable=True),
     Spec("kv_capacity_tokens", KV_CAPACITY_TOKENS,
          "KV-cache slots per layer: prompt + retained frames + 8 action tokens.",
-         1, 1 << 20),
-    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICY_NAMES),
-    Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16),
+         1, 1 << 20, configure_time=True),
+    Spec("policy", "fifo", "Frame eviction policy: fifo | sliding_window | semantic.", choices=POLICY_NAMES,
+         configure_time=True),
+    Spec("window_frames", 8, "Frames kept by the sliding_window policy.", 1, 1 << 16, configure_time=True),
     Spec("max_frame_age_ms", MAX_FRAME_AGE_MS, "A frame older than this (since receive) is stale: fallback.",
          1.0, 60000.0,
          tunable=True),
     Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.",
-         choices=BACKENDS),
-    Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model."),
+         choices=BACKENDS, configure_time=True),
+    Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model.",
+         configure_time=True, max_chars=4096),
     Spec("make_tiny_model", False,
-         "Demo only: generate a tiny random model into a cache dir when model_path is empty."),
+         "Demo only: generate a tiny random model into a cache dir when model_path is empty.", configure_time=True),
     Spec("vram_ceiling_gb", VRAM_CEILING_GB, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.",
-         0.01, 4096.0),
+         0.01, 4096.0, configure_time=True),
     Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
          choices=FALLBACK_MODES, tunable=True),
-    Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6),
-    Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6),
+    Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6, configure_time=True),
+    Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6,
+         configure_time=True),
     Spec("action_labels", list(DEFAULT_LABELS), "Labels of the 8 action dimensions (~/action_vector layout.dim).",
-         length=ACTION_TOKENS),
+         length=ACTION_TOKENS, max_chars=NAME_CHARS),
     Spec("twist_map", [0, 1, 2, 3, 4, 5],
          "Action index feeding linear.x,y,z, angular.x,y,z of ~/action (-1: always 0).", length=6, tunable=True),
     Spec("twist_scale", [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "Scale applied per twist component (finite, each in "
          "[-1000, 1000]).", -1000.0, 1000.0, length=6, tunable=True),
-    Spec("action_frame_id", "base_link", "header.frame_id of ~/action.", tunable=True),
-    Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000),
+    Spec("velocity_limits", list(VELOCITY_LIMITS), "Largest |value| of each ~/action component, after twist_map and "
+         "twist_scale: linear x, y, z (m/s), angular x, y, z (rad/s) (REP-103); a larger command is clamped and "
+         "counted (/diagnostics clamped_velocity). 0 on an axis: that axis is always 0.", 0.0, 100.0, length=6,
+         tunable=True),
+    Spec("acceleration_limits", [0.0] * 6, "Largest change per second of each ~/action component between "
+         "consecutive commands: m/s^2 (linear x, y, z), rad/s^2 (angular x, y, z); a larger step is clamped and "
+         "counted (clamped_acceleration). 0: no limit on that axis. Fallbacks ramp down at this rate too; the zero "
+         "sent on deactivate / shutdown is never limited.", 0.0, 1000.0, length=6, tunable=True),
+    Spec("action_type", "twist_stamped", "Message type of ~/action: twist_stamped (geometry_msgs/TwistStamped: "
+         "ros2_control's diff_drive_controller) | twist (geometry_msgs/Twist: Nav2's default cmd_vel).",
+         choices=ACTION_TYPES),
+    Spec("action_stamp", "now", "header.stamp of ~/action (twist_stamped): now (this node's clock when it publishes; "
+         "sim time under use_sim_time) | frame (the source frame's capture stamp: a replayed bag's commands are as "
+         "old as the bag). The frame's age is in ~/cycle and /diagnostics either way.", choices=ACTION_STAMPS,
+         tunable=True),
+    Spec("action_frame_id", "base_link", "header.frame_id of ~/action (twist_stamped).", tunable=True,
+         max_chars=NAME_CHARS),
+    Spec("camera_restart_no_frames_s", 5.0, "Camera watchdog: a publisher is matched but no frame arrived for this "
+         "long (s) -> the camera process is started again (counted in /diagnostics); 0: never.", 0.0, 3600.0),
+    Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000,
+         configure_time=True),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
     Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, and this minus 1 "
          "of the engine worker, so the deadline guard wakes and gets the interpreter on time on a busy CPU; 0: "
          "normal scheduling. Needs CAP_SYS_NICE or an rtprio limit; refused -> a warning and normal scheduling.",
          0, 99),
-    Spec("autostart", True, "Configure and activate the (lifecycle) node at start-up; false: it waits in "
-         "'unconfigured' for lifecycle transitions (ros2 lifecycle set /vla_edge configure, then activate)."),
+    Spec("autostart", True, "Configure and activate the (lifecycle) node at start-up (impossible parameters or a "
+         "bad model end the process); false: it waits in 'unconfigured' for lifecycle transitions (ros2 lifecycle "
+         "set <node> configure, then activate), and configure fails on them, the process staying up."),
     Spec("debug_image_max_hz", 10.0, "Upper bound on ~/debug_image publishing (only when subscribed).", 0.1, 1000.0,
          tunable=True),
 )
@@ -150,6 +181,11 @@ def check_specs(values: dict[str, Any], specs) -> list[str]:
                 problems.append(f"{s.name} entries must be finite and in [{s.lo}, {s.hi}], got {bad}")
         if s.length is not None and len(v) != s.length:
             problems.append(f"{s.name} needs {s.length} entries, got {len(v)}")
+        if s.max_chars is not None:
+            items = v if isinstance(v, (list, tuple)) else [v]
+            long = [x for x in items if isinstance(x, str) and len(x) > s.max_chars]
+            if long:
+                problems.append(f"{s.name} is longer than {s.max_chars} characters ({len(long[0])})")
     return problems
 
 
@@ -233,11 +269,12 @@ def tunable_names(specs) -> tuple[str, ...]:
     return tuple(s.name for s in specs if s.tunable)
 
 
-def check_update(current: dict[str, Any], changes: dict[str, Any], specs) -> list[str]:
+def check_update(current: dict[str, Any], changes: dict[str, Any], specs, configured: bool = True) -> list[str]:
     """Validate a run-time change of parameters (``changes``) of a node whose values are ``current``.
 
-    Returns the problems (empty = accept): read-only parameters, wrong types, ranges and choices,
-    and the cross-checks that involve a changed parameter (period_ms > safety_margin_ms, twist_map).
+    Returns the problems (empty = accept): read-only parameters (``configure_time`` ones only while the node is
+    not ``configured``), wrong types, ranges and choices, and the cross-checks that involve a changed parameter
+    (period_ms > safety_margin_ms, twist_map).
     """
     table = spec_table(specs)
     problems = []
@@ -245,7 +282,9 @@ def check_update(current: dict[str, Any], changes: dict[str, Any], specs) -> lis
         s = table.get(name)
         if s is None:
             problems.append(f"{name} is not a parameter of this node")
-        elif not s.tunable:
+        elif s.configure_time and configured and not s.tunable:
+            problems.append(f"{name} can only be changed while the node is unconfigured (lifecycle cleanup first)")
+        elif not s.tunable and not s.configure_time:
             problems.append(f"{name} is read-only: it can only be set at start-up")
         elif isinstance(s.default, bool) != isinstance(v, bool) or (
                 isinstance(s.default, (int, float)) and not isinstance(v, (int, float))) or (

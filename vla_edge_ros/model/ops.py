@@ -11,9 +11,16 @@ from ..constants import FRAME_C, FRAME_H, FRAME_W, GRID_H, GRID_W, PATCH
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """Qwen2RMSNorm: x / sqrt(mean(x^2) + eps) * w, over the last axis."""
+    """Qwen2RMSNorm: x / sqrt(mean(x^2) + eps) * w, over the last axis.
+
+    A row whose mean square overflows float32 (|x| beyond ~1e19: the forward pass has blown up) becomes NaN, as in
+    the kernels, instead of the 0 that 1/sqrt(inf) would make of it: zeros would flow on as a finite, meaningless
+    action (the argmax of an all-zero row is bin 0), while NaN is caught before the argmax."""
     x = x.astype(np.float32, copy=False)
-    return x * (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)) * w
+    with np.errstate(over="ignore"):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+    inv = np.where(np.isfinite(ms), 1.0 / np.sqrt(np.where(np.isfinite(ms), ms, 0.0) + eps), np.float32(np.nan))
+    return x * inv.astype(np.float32) * w
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -77,5 +84,7 @@ def vision_encode(frame: np.ndarray, patch_w: np.ndarray, patch_b: np.ndarray, p
 
 
 def argmax_rows(logits: np.ndarray) -> np.ndarray:
-    """First index of the maximum per row, as the on-device argmax breaks ties."""
-    return np.argmax(logits, axis=-1).astype(np.int32)
+    """First index of the maximum per row, as the on-device argmax breaks ties; -1 for a row holding any NaN or
+    inf (a forward pass that overflowed: its argmax would otherwise be a real bin, e.g. 0 for an all-NaN row)."""
+    idx = np.argmax(logits, axis=-1).astype(np.int32)
+    return np.where(np.isfinite(logits).all(axis=-1), idx, np.int32(-1)).astype(np.int32)

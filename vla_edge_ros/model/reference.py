@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..contract import BackendResult, PhaseTimings
+from ..contract import NON_FINITE_TOKEN, BackendResult, PhaseTimings
 from ..constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from . import ops
 from .quant import as_f32
@@ -127,8 +127,9 @@ class ReferenceModel:
             logits = h[0] @ self.action_head.T
             if collect_logits:
                 logits_log.append(logits)
-            tok = vocab0 + int(ops.argmax_rows(logits[None])[0])
-            tokens[step] = tok
+            idx = int(ops.argmax_rows(logits[None])[0])
+            tokens[step] = vocab0 + idx if idx >= 0 else NON_FINITE_TOKEN
+            tok = vocab0 + max(idx, 0)  # the next pass gathers a valid row, as the kernel does
         t3 = time.perf_counter()
         ms = 1e3
         timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=(t3 - t2) * ms,
@@ -147,7 +148,8 @@ class ReferenceModel:
         x = np.concatenate([emb, self.queries])
         h, _ = self.forward(x, plan.order, plan.n_prefix, bidir_from=VISION_TOKENS)
         logits = h[VISION_TOKENS:] @ self.action_head.T
-        tokens = (self.cfg.vocab_size - ACTION_VOCAB + ops.argmax_rows(logits)).astype(np.int32)
+        idx = ops.argmax_rows(logits)
+        tokens = np.where(idx >= 0, self.cfg.vocab_size - ACTION_VOCAB + idx, NON_FINITE_TOKEN).astype(np.int32)
         t2 = time.perf_counter()
         ms = 1e3
         timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=0.0,

@@ -10,8 +10,11 @@ warm-up) and activates it before spinning; with ``autostart:=false`` it waits in
 camera process (started again if it dies or stops answering), so SIGINT / SIGTERM stop everything promptly
 in every state (a configure in progress gives up between warm-up chunks): timers cancelled, executor
 stopped, the shutdown transition (one zero action if active, engine released), camera process stopped,
-node destroyed, context shut down, exit 0.  Impossible parameters (of either node) print one message and
-exit with status 2; a model, engine or camera process that cannot start, one message and status 3.
+node destroyed, context shut down, exit 0.  A ``shutdown`` transition requested from outside (a
+lifecycle manager) ends the process the same way: a finalized node has nothing left to do.  With
+autostart, impossible parameters (of either node) print one message and exit with status 2; a model,
+engine or camera process that cannot start, one message and status 3.  With ``autostart:=false`` the
+model and the cross-checks are validated at configure, which fails and leaves the node unconfigured.
 
     vla_edge --ros-args --params-file config/vla_edge.yaml -r image:=/camera/image_raw
     python -m vla_edge_ros.nodes.bringup --ros-args -p make_tiny_model:=true
@@ -59,6 +62,9 @@ def asynchronous_publishing() -> None:
 TRANSPORTS_VAR = "FASTDDS_BUILTIN_TRANSPORTS"
 PROFILE_VARS = ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE")
 PROFILE_FILES = ("DEFAULT_FASTRTPS_PROFILES.xml", "DEFAULT_FASTDDS_PROFILES.xml")  # read from the working directory
+# A Fast DDS profile for the camera process only (the launch files point it at config/fastdds_shm.xml): the camera
+# gets it as FASTRTPS_DEFAULT_PROFILES_FILE, the reasoning process does not see it.
+CAMERA_PROFILE_VAR = "VLA_EDGE_CAMERA_FASTDDS_PROFILE"
 
 
 def udp_only_transport() -> tuple[dict, str]:
@@ -74,8 +80,16 @@ def udp_only_transport() -> tuple[dict, str]:
     Returns the environment the camera process must start with (the user's value, None = unset) and a line for
     the log.  With ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps sets its own transports (shared memory
     and UDP) and ignores the variable; other RMW implementations ignore it too.
+
+    The one rule, whoever starts the process (``vla_edge``, both launch files, the demo): the user's own transport
+    settings (the variables above, a profile file in the working directory) apply to both processes; otherwise
+    this process runs UDP only, and the camera process gets the profile named by ``VLA_EDGE_CAMERA_FASTDDS_PROFILE``
+    (what the launch files set), else Fast DDS's defaults.
     """
     child_env = {TRANSPORTS_VAR: os.environ.get(TRANSPORTS_VAR)}
+    camera_profile = os.environ.get(CAMERA_PROFILE_VAR)
+    if camera_profile and not any(os.environ.get(v) for v in PROFILE_VARS):
+        child_env[PROFILE_VARS[0]] = camera_profile
     fast_dds = os.environ.get("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp").startswith("rmw_fastrtps")
     if not fast_dds:
         return child_env, ""
@@ -88,7 +102,8 @@ def udp_only_transport() -> tuple[dict, str]:
                            "memory in this process too; a participant joining the domain can then hold a publish "
                            "for up to ~0.3 s (README, Known limits)")
     os.environ[TRANSPORTS_VAR] = "UDPv4"
-    return child_env, "DDS transports: UDPv4 in this process (no shared memory: no discovery stall), defaults in " \
+    camera = f"the profile {camera_profile}" if PROFILE_VARS[0] in child_env else "defaults"
+    return child_env, f"DDS transports: UDPv4 in this process (no shared memory: no discovery stall), {camera} in " \
                       "the camera process"
 
 
@@ -149,6 +164,7 @@ def main(argv=None) -> int:
             _teardown(rclpy, reasoning, camera)
             return EXIT_STARTUP
         nodes.append(reasoning)
+        reasoning.on_finalized = stop.set  # a `shutdown` transition (a lifecycle manager) ends the process
         camera.log = lambda level, msg: getattr(reasoning.get_logger(), level)(msg)
         # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
         known = set(report["declared"]) | set(reasoning._parameters)

@@ -29,8 +29,9 @@ def undeclared_overrides(node) -> set[str]:
 def _descriptor(s: Spec):
     from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-    desc = s.description + (" Settable at run time." if s.tunable else "")
-    d = ParameterDescriptor(name=s.name, description=desc, read_only=not s.tunable)
+    desc = s.description + (" Settable at run time." if s.tunable else
+                            " Settable while the node is unconfigured." if s.configure_time else "")
+    d = ParameterDescriptor(name=s.name, description=desc, read_only=not (s.tunable or s.configure_time))
     if s.choices is not None:
         d.additional_constraints = "one of: " + ", ".join(s.choices)
     if s.lo is not None and not isinstance(s.default, list):
@@ -92,20 +93,44 @@ def _plain(v):
     return v
 
 
-def enable_runtime_updates(node, specs, values: dict[str, Any], apply=None) -> None:
-    """Let the ``tunable`` parameters of ``specs`` change while ``node`` runs.
+def enable_runtime_updates(node, specs, values: dict[str, Any], apply=None, configured=lambda: True) -> None:
+    """Let the ``tunable`` parameters of ``specs`` change while ``node`` runs (and the ``configure_time`` ones while
+    ``configured()`` is false).
 
     A change is validated first (:func:`check_update` against ``values``, the node's current
     parameters): an impossible one is refused with SetParametersResult(successful=False, reason=...),
     and the node keeps its old values. An accepted one updates ``values`` and is handed to
-    ``apply(changes)`` (called on the node's executor thread, like its timers).
+    ``apply(changes)`` (called on the node's executor thread, like its timers). An integer for a double
+    parameter is taken as that double (``ros2 param set /vla_edge period_ms 40``). Parameters rclpy itself
+    declares (``use_sim_time``, ``qos_overrides.*``, ...) are left to rclpy.
     Register this after the parameters are declared (rclpy calls these callbacks on declaration too).
     """
     from rcl_interfaces.msg import SetParametersResult
+    from rclpy.parameter import Parameter
+
+    table = {s.name: s for s in specs}
+
+    def widen_integers(params):
+        out = []
+        for p in params:
+            s = table.get(p.name)
+            if s is not None and isinstance(s.default, float) and p.type_ == Parameter.Type.INTEGER:
+                p = Parameter(p.name, Parameter.Type.DOUBLE, float(p.value))
+            elif s is not None and isinstance(s.default, list) and s.default and isinstance(s.default[0], float) \
+                    and p.type_ == Parameter.Type.INTEGER_ARRAY:
+                p = Parameter(p.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in p.value])
+            out.append(p)
+        return out
+
+    def ours(params) -> dict:
+        return {p.name: _plain(p.value) for p in params if p.name in table}
 
     def on_set(params):
-        changes = {p.name: _plain(p.value) for p in params}
-        problems = check_update(values.as_dict() if isinstance(values, Settings) else values, changes, specs)
+        changes = ours(params)
+        if not changes:
+            return SetParametersResult(successful=True)
+        problems = check_update(values.as_dict() if isinstance(values, Settings) else values, changes, specs,
+                                configured=configured())
         if problems:
             reason = "; ".join(problems)
             node.get_logger().warn(f"parameter change refused: {reason}")
@@ -113,11 +138,14 @@ def enable_runtime_updates(node, specs, values: dict[str, Any], apply=None) -> N
         return SetParametersResult(successful=True)
 
     def post_set(params):
-        changes = {p.name: _plain(p.value) for p in params}
+        changes = ours(params)
+        if not changes:
+            return
         values.update(changes)
         if apply is not None:
             apply(changes)
         node.get_logger().info("parameters set at run time: " + ", ".join(f"{k}={_fmt(v)}" for k, v in changes.items()))
 
+    node.add_pre_set_parameters_callback(widen_integers)
     node.add_on_set_parameters_callback(on_set)
     node.add_post_set_parameters_callback(post_set)

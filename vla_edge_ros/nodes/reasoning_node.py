@@ -31,10 +31,11 @@ import traceback
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import TwistStamped
+from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
@@ -49,6 +50,7 @@ from ..metrics import GcPauses
 from ..realtime import normal_scheduling
 from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
 from ..settings import REASONING_SPECS, ParamError, ReasoningSettings, validate_reasoning
+from . import bond
 from .debug_image import render_debug
 from .params import declare_and_read, enable_runtime_updates
 
@@ -66,8 +68,10 @@ class ReasoningNode(LifecycleNode):
                  engine_factory=None, validate_only: bool = False, **kwargs):
         super().__init__(node_name, **kwargs)
         self.fb, self.camera, self._engine_factory = frame_buffer, camera, engine_factory
-        self._raw = declare_and_read(self, REASONING_SPECS)
-        self.p = p = ReasoningSettings.from_values(validate_reasoning(self._raw))
+        raw = declare_and_read(self, REASONING_SPECS)
+        # With autostart the cross-checks and the model directory are checked now (one message, exit 2); a node
+        # managed by a lifecycle manager checks them at configure, which then fails and leaves it unconfigured.
+        self.p = p = ReasoningSettings.from_values(validate_reasoning(raw) if raw.get("autostart", True) else raw)
         self.runtime: Runtime | None = None
         self.timer = self.diag_timer = None
         self.lifecycle_state = "unconfigured"
@@ -81,12 +85,22 @@ class ReasoningNode(LifecycleNode):
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._stamp_sent = 0  # header stamp of the last ~/action sent (ns)
+        self.on_finalized = None  # called after the shutdown transition (bringup: end the process)
+        self._bond = None
+        # /diagnostics status names carry the namespace: two robots on one aggregator do not collide
+        self.status_prefix = self.get_fully_qualified_name().lstrip("/")
         self._rollup, self._camera_status = Rollup(), CameraStatus()
         self.gc_pauses = GcPauses().install()  # every collection's pause, in /diagnostics
         self._vector_dims = [MultiArrayDimension(label=str(x), size=1, stride=1) for x in p.action_labels]
 
         reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.pub_action = self.create_lifecycle_publisher(TwistStamped, "~/action", reliable)  # silent unless active
+        self.action_msg = TwistStamped if p.action_type == "twist_stamped" else Twist
+        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.* adjust its QoS (rclpy declares them
+        # and applies them to the profile object in place: this one is its own)
+        self.pub_action = self.create_lifecycle_publisher(
+            self.action_msg, "~/action",
+            QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE),
+            qos_overriding_options=QoSOverridingOptions.with_default_policies())
         self.pub_vector = self.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
@@ -94,7 +108,8 @@ class ReasoningNode(LifecycleNode):
         self.pub_debug = self.create_publisher(Image, "~/debug_image", qos_profile_sensor_data)
         self.diag_timer = self.create_timer(p.diagnostics_period_s, self._on_diagnostics,
                                             clock=Clock(clock_type=STEADY))
-        enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params)
+        enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
+                               configured=lambda: self.lifecycle_state != "unconfigured")
         self._guard_change_state_service()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -103,8 +118,9 @@ class ReasoningNode(LifecycleNode):
         """configure + activate when the ``autostart`` parameter is true (the one-command start). False when
         a transition failed: ``startup_error`` says why (None after an interruption)."""
         if not self.p.autostart:
-            self.get_logger().info("autostart is false: waiting in 'unconfigured' for lifecycle transitions "
-                                   "(ros2 lifecycle set /vla_edge configure, then activate)")
+            name = self.get_fully_qualified_name()
+            self.get_logger().info(f"autostart is false: waiting in 'unconfigured' for lifecycle transitions "
+                                   f"(ros2 lifecycle set {name} configure, then ros2 lifecycle set {name} activate)")
             return True
         if self.trigger_configure() != SUCCESS:
             return False
@@ -166,13 +182,15 @@ class ReasoningNode(LifecycleNode):
         return SUCCESS
 
     def _build(self):
-        """The heavy part of configure (helper thread): model, capacity check, runtime (engine, warm-up)."""
-        model_path = self.p.model_path
+        """The heavy part of configure (helper thread): every start-up check of the parameters (they may have been
+        changed while unconfigured), the model, the capacity check, the runtime (engine, warm-up)."""
+        values = validate_reasoning(self.p.as_dict())
+        model_path = values["model_path"]
         if not model_path:  # validate_reasoning guarantees make_tiny_model here
             model_path = generated_model("tiny", 0)
             self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
         # capacity check before any allocation: it needs the prompt length, which the model dir fixes
-        validate_reasoning(dict(self._raw, model_path=model_path), prompt_tokens=prompt_length(model_path))
+        validate_reasoning(dict(values, model_path=model_path), prompt_tokens=prompt_length(model_path))
         runtime = Runtime.build(model_path, self.p, self.fb, engine_factory=self._engine_factory,
                                 should_stop=self.abort.is_set, fault_file=os.environ.get(TEST_FAULT_ENV) or None,
                                 warn=self.get_logger().warn)
@@ -214,10 +232,12 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().error(str(self.startup_error))
             return TransitionCallbackReturn.ERROR
         self.lifecycle_state = "active"
+        self._bond = bond.form(self)
         self.get_logger().info("active: control timer running, camera subscribed, publishing actions")
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._bond = bond.release(self._bond)
         self._stop_motion()
         self.lifecycle_state = "inactive"
         self.get_logger().info("inactive: one zero action published, motion output stopped; the engine stays warm")
@@ -230,13 +250,17 @@ class ReasoningNode(LifecycleNode):
         return SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._bond = bond.release(self._bond)
         if self.timer is not None:
             self._stop_motion()
         self._release()
         self.lifecycle_state = "finalized"
+        if self.on_finalized is not None:  # a finalized node does nothing more: its process ends (bringup)
+            self.on_finalized()
         return SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._bond = bond.release(self._bond)
         self._release()
         self.lifecycle_state = "unconfigured"
         return SUCCESS
@@ -330,18 +354,26 @@ class ReasoningNode(LifecycleNode):
         self._report(self.runtime.publish_outcome(out, self._send))
 
     def _send(self, c: list[float], out) -> float:
-        """The control output: the twist first, then the action vector. Returns when the twist went out."""
-        tw = TwistStamped()
-        if out.stamp_ns is None:  # no frame yet: stamp with "now"
-            tw.header.stamp = self.get_clock().now().to_msg()
+        """The control output: the (limited) twist first, then the action vector. Returns when the twist went out.
+
+        TwistStamped carries this node's clock at publish (``action_stamp: now``, sim time under use_sim_time) or
+        the source frame's capture stamp (``frame``; "now" before any frame); Twist carries no stamp."""
+        if self.action_msg is TwistStamped:
+            msg = TwistStamped()
+            if self.p.action_stamp == "frame" and out.stamp_ns is not None:
+                msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(out.stamp_ns), 1_000_000_000)
+            else:
+                msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.frame_id = self.p.action_frame_id
+            tw = msg.twist
         else:
-            tw.header.stamp.sec, tw.header.stamp.nanosec = divmod(int(out.stamp_ns), 1_000_000_000)
-        tw.header.frame_id = self.p.action_frame_id
-        tw.twist.linear.x, tw.twist.linear.y, tw.twist.linear.z = c[0], c[1], c[2]
-        tw.twist.angular.x, tw.twist.angular.y, tw.twist.angular.z = c[3], c[4], c[5]
-        self.pub_action.publish(tw)
+            msg = tw = Twist()
+        tw.linear.x, tw.linear.y, tw.linear.z = c[0], c[1], c[2]
+        tw.angular.x, tw.angular.y, tw.angular.z = c[3], c[4], c[5]
+        self.pub_action.publish(msg)
         t_pub = time.monotonic()
-        self._stamp_sent = int(tw.header.stamp.sec) * 1_000_000_000 + int(tw.header.stamp.nanosec)
+        if self.action_msg is TwistStamped:
+            self._stamp_sent = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
         vec = Float32MultiArray()
         vec.layout.dim = self._vector_dims
         vec.data = [float(x) for x in np.asarray(out.action, np.float32)]
@@ -356,7 +388,7 @@ class ReasoningNode(LifecycleNode):
         if out.error:
             self.get_logger().error(f"{out.reason}: {out.error}", throttle_duration_sec=5.0)
         vals = cycle_values(out, self._cycle_index, step.t_publish, step.late, self._stamp_sent)
-        st = DiagnosticStatus(level=LEVELS[cycle_level(out)], name=f"{self.get_name()}: cycle",
+        st = DiagnosticStatus(level=LEVELS[cycle_level(out)], name=f"{self.status_prefix}: cycle",
                               hardware_id=self.backend_name, message=f"{out.source}: {out.reason}")
         st.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v))) for k, v in vals.items()]
         self.pub_cycle.publish(st)
@@ -441,9 +473,9 @@ class ReasoningNode(LifecycleNode):
         arr = DiagnosticArray()
         arr.header.stamp = self.get_clock().now().to_msg()
         arr.status = [
-            DiagnosticStatus(level=LEVELS[lvl], name=f"{self.get_name()}: reasoning", message=msg,
+            DiagnosticStatus(level=LEVELS[lvl], name=f"{self.status_prefix}: reasoning", message=msg,
                              hardware_id=self.backend_name, values=kv(r)),
-            DiagnosticStatus(level=LEVELS[clvl], name=f"{self.get_name()}: camera", message=cmsg,
+            DiagnosticStatus(level=LEVELS[clvl], name=f"{self.status_prefix}: camera", message=cmsg,
                              hardware_id="camera", values=kv(c)),
         ]
         self.pub_diag.publish(arr)

@@ -50,7 +50,7 @@ from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.weights import load_weights
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
-from ..runtime import Runtime
+from ..runtime import Runtime, StartupError
 from ..settings import ReasoningSettings
 from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
@@ -549,6 +549,8 @@ def main(argv=None) -> int:
             return fail("vla-edge-bench", problem)
     try:
         return run(args, argv)
+    except StartupError as e:  # a model the runtime refuses (e.g. one that overflows): what the node would say
+        return fail("vla-edge-bench", str(e), 3)
     except (ClipError, ModelLoadError, OutputDirError, ValueError, OSError) as e:
         return fail("vla-edge-bench", e if not isinstance(e, OSError) else f"{e.filename or ''}: {e.strerror or e}")
     except KeyboardInterrupt:
