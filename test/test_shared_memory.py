@@ -194,6 +194,7 @@ def main():
 
     threading.Thread(target=publish, daemon=True).start()
     wait(cam, lambda s: s["valid"] >= 5 and s["process_state"] == "running", 120, "the first frames")
+    seq_before = fb.latest().seq
     free = fill()
     os.kill(cam.proc.pid, signal.SIGKILL)
     cam.proc.join(10)
@@ -215,6 +216,10 @@ def main():
     back = wait(cam, lambda s: s["process_state"] == "running" and s["valid"] >= valid_before + 5, 120,
                 "the camera back with frames")
     pid = cam.proc.pid
+    t_end = time.monotonic() + 60
+    while fb.latest().seq <= seq_before + 5 and time.monotonic() < t_end:  # through the renewed swap lock
+        time.sleep(0.05)
+    seq_after = fb.latest().seq
     cam.stop()
     left = sorted(n for n in os.listdir("/dev/shm") if n.startswith("vla_edge"))
     print("RESULT " + json.dumps({
@@ -222,7 +227,8 @@ def main():
             "process_state", "process_error", "process_restarts", "process_last_exit")},
         "errors_logged": errors_logged, "back": {k: back[k] for k in (
             "process_state", "process_error", "process_restarts", "valid")},
-        "valid_before": valid_before, "back_pid": pid, "left": left}))
+        "valid_before": valid_before, "back_pid": pid, "left": left, "seq_before": seq_before,
+        "seq_after": seq_after}))
 
 
 if __name__ == "__main__":
@@ -260,6 +266,7 @@ def test_dev_shm_full_when_the_camera_process_dies(tmp_path, domain):
     back = res["back"]
     assert back["process_state"] == "running" and back["process_error"] == "" and back["process_restarts"] == 1
     assert back["valid"] >= res["valid_before"] + 5
+    assert res["seq_after"] > res["seq_before"] + 5, res  # frames reach the consumer again
     assert res["left"] == [], res  # stop() removed both blocks
 
 

@@ -161,6 +161,9 @@ class CameraProcess:
             self._poll()
         except Exception as e:  # noqa: BLE001 - the caller is the bringup's main thread: it must go on
             self._failed(f"camera watchdog: {_one_line(e)}")
+            return
+        if self.process_error and not self._restart_pending:  # the watchdog's own error, now gone
+            self.process_error = ""
 
     def _poll(self) -> None:
         if self._stopping or self.proc is None:
