@@ -1,18 +1,22 @@
-"""Prefill-GEMM micro-benchmark on the device (no model needed): kernels/gemm.cu against the previous kernels
-(dev/cuda/gemm_v5.cu, gemm_w4_v5.cu), qwen2.5-1.5b prefill shapes, 28 layers of random weights per shape (far
-over the L2), each measurement a captured CUDA graph of 28 launches (one per layer, its own weights) replayed
-20 times; reported per layer (median replay / 28) and as GB/s of weight bytes. The old gate/up is timed without
-its separate SwiGLU kernel; the new one includes the fused SwiGLU.
+"""Prefill-GEMM micro-benchmark on the device (no model needed): kernels/gemm.cu compiled in several shapes (-D
+overrides of its GEMM_*_BF16 / GEMM_*_W4 defaults, the launcher told the same through Gemm(cfg=...)), qwen2.5-1.5b
+prefill shapes, 28 layers of random weights per shape (far over the L2), each measurement a captured CUDA graph of
+28 launches (one per layer, its own weights) replayed 20 times; reported per layer (median replay / 28) and as
+GB/s of weight bytes. Each variant's output is first checked against an fp32 CuPy reference (layer 0).
 
-  python dev/cuda/gemm_micro.py [--json OUT]
+  python dev/cuda/gemm_micro.py [--json OUT] [--sms N] [--variants a,b,...] [--rows 32,48] [--shapes qkv,...]
+
+--sms N runs on a stream of a green context of N SMs (chunk_bench.green_stream) with split-K planned for them.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import shutil
 import sys
+import tempfile
+import time
 
 import numpy as np
 
@@ -21,19 +25,37 @@ sys.path.insert(0, ROOT)
 
 import cupy as cp  # noqa: E402
 
-from vla_edge_ros.cuda.kernels import Kernels  # noqa: E402
-from vla_edge_ros.cuda.launch import Gemm, Launcher  # noqa: E402
+from vla_edge_ros.cuda.kernels import Kernels, kernel_dir  # noqa: E402
+from vla_edge_ros.cuda.launch import GEMM_CFG, Gemm, Launcher  # noqa: E402
 
 H, I, NQ, NKVD, L = 1536, 8960, 1536, 256, 28
 NQKV = NQ + 2 * NKVD
 SHAPES = {"qkv": (NQKV, H, "add"), "o": (H, NQ, "add"), "gateup": (2 * I, H, "swiglu"), "down": (H, I, "add")}
 i32 = np.int32
 
+# label: (format, -D defines, launcher cfg overrides). "base" = the shipped shape (no defines).
+VARIANTS = {
+    "b_base": ("bf16", {}, {}),
+    "b_nt4": ("bf16", {"GEMM_NT_BF16": 4}, {"nt": 4}),
+    "b_nt2_s6": ("bf16", {"GEMM_STAGES_BF16": 6}, {"stages": 6}),
+    "b_kw2_s3": ("bf16", {"GEMM_KW_BF16": 2, "GEMM_STAGES_BF16": 3}, {"kw": 2, "stages": 3}),
+    "w_base": ("w4", {}, {}),
+    "w_t32minb1": ("w4", {"GEMM_MINB_W4_T32": 1}, {}),
+    "w_s6": ("w4", {"GEMM_STAGES_W4": 6}, {"stages": 6}),
+    "w_kw4_s3": ("w4", {"GEMM_KW_W4": 4, "GEMM_STAGES_W4": 3}, {"kw": 4, "stages": 3}),
+    "w_kw1": ("w4", {"GEMM_KW_W4": 1}, {"kw": 1}),
+}
+# (4-bit with NT = 2, i.e. 64-row blocks, failed with a launch error on 2026-12-01 and was not pursued.)
+
+
+_KEEP = []  # every module and graph lives to the end of the process (no unload between variants)
+
 
 def graph_ms(stream, enqueue, reps=20):
     stream.begin_capture()
     enqueue()
     g = stream.end_capture()
+    _KEEP.append(g)
     for _ in range(3):
         g.launch(stream)
     stream.synchronize()
@@ -48,68 +70,135 @@ def graph_ms(stream, enqueue, reps=20):
     return float(np.median(ts))
 
 
+def reference(fmt, X, W, N, K, mode):
+    """fp32 reference of one launch (CuPy): Y = X W^T, or silu(gate) * up for mode "swiglu"."""
+    x = (X.astype(cp.uint32) << 16).view(cp.float32)
+    if fmt == "bf16":
+        w = (W.astype(cp.uint32) << 16).view(cp.float32)
+    else:
+        Q, SZ, _ = W  # fp16 scales
+        nib = ((Q[:, :, None] >> (4 * cp.arange(8, dtype=cp.uint32))) & 15).reshape(N, K).astype(cp.float32)
+        sc = (SZ & 0xFFFF).astype(cp.uint16).view(cp.float16).astype(cp.float32)
+        z = ((SZ >> 16) & 15).astype(cp.float32)
+        w = (nib - cp.repeat(z, 128, axis=1)) * cp.repeat(sc, 128, axis=1)
+    y = x @ w.T
+    if mode == "swiglu":
+        g, u = y[:, :N // 2], y[:, N // 2:]
+        y = g / (1 + cp.exp(-g)) * u
+    return y
+
+
+def variant_kernels(defines: dict) -> Kernels:
+    """Kernels of gemm.cu alone, compiled with the given #defines (a temporary copy of kernels/)."""
+    src = kernel_dir()
+    d = tempfile.mkdtemp(prefix="gemm_variant_")
+    shutil.copy(os.path.join(src, "common.cuh"), d)
+    with open(os.path.join(src, "gemm.cu")) as f:
+        body = f.read()
+    with open(os.path.join(d, "gemm.cu"), "w") as f:
+        f.write("".join(f"#define {k} {v}\n" for k, v in defines.items()) + body)
+    return Kernels(d)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json")
+    p.add_argument("--sms", type=int, default=0)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--rows", default="32,48")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--layers", type=int, default=L, help="layers of weights a shape (default 28)")
+    p.add_argument("--shapes", default=",".join(SHAPES))
     a = p.parse_args()
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    k = Kernels()
-    here = os.path.dirname(os.path.abspath(__file__))
-    opts = ("-std=c++17", f"-I{k.directory}")
-    old = {f: cp.RawModule(code=open(os.path.join(here, f)).read(), options=opts)
-           for f in ("gemm_v5.cu", "gemm_w4_v5.cu")}
-    s = cp.cuda.Stream(non_blocking=True)
-    la = Launcher(k, s, pdl=False)
-    res = {"sms": sms, "per_layer_us": {}}
-    rng = cp.random.default_rng(0)
-    for fmt in ("bf16", "w4"):
-        for key, (N, K, mode) in SHAPES.items():
-            if fmt == "bf16":
-                Ws = [(rng.standard_normal((N, K), dtype=cp.float32) * 0.02).view(cp.uint32) >> 16 for _ in range(L)]
-                Ws = [w.astype(cp.uint16) for w in Ws]
-                nbytes = N * K * 2
-            else:
-                Ws = [(rng.integers(0, 2 ** 31, (N, K // 8), dtype=cp.int64).astype(cp.uint32),
-                       (cp.full((N, K // 128), 0x2000, cp.uint32) | (8 << 16)), i32(0)) for _ in range(L)]
-                nbytes = N * K // 2 + N * K // 128 * 4
-            for rows in (32, 48):
-                X = (rng.standard_normal((rows, max(K, H)), dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
-                Y = cp.zeros((rows, N), cp.float32)
-                act = cp.zeros((rows, I), cp.uint16)
-                g = Gemm(k, fmt, rows)
-                slots = sms * la.blocks_per_sm(g.name, g.threads, 1, g.smem)
-                ks = g.split(N, K, mode, slots)
-                ks2 = g.split(N, K, mode, 2 * slots)  # two waves' worth of split-K slices
+    if a.sms:
+        from vla_edge_ros.tools.chunk_bench import green_stream
 
-                def new(g=g, X=X, Y=Y, act=act, Ws=Ws, N=N, K=K, mode=mode, ks=ks):
-                    for w in Ws:
-                        if mode == "swiglu":
-                            g(X, w, N, K, mode, act=act, run=la)
-                        else:
-                            g(X, w, N, K, mode, Y=Y, ks=ks, run=la)
+        s, sms = green_stream(a.sms)
+    else:
+        s, sms = cp.cuda.Stream(non_blocking=True), cp.cuda.Device().attributes["MultiProcessorCount"]
+    with s:  # every CuPy op on the kernels' stream: fills, copies and references ordered with the launches
+        names = [v for v in a.variants.split(",") if v]
+        rows_list = [int(r) for r in a.rows.split(",")]
+        res = {"sms": sms, "per_layer_us": {}, "check": {}, "variants": {n: VARIANTS[n] for n in names}}
+        rng = cp.random.default_rng(0)
+        weights = {}
+        for fmt in sorted({VARIANTS[n][0] for n in names}):
+            for key, (N, K, mode) in SHAPES.items():
+                if key not in a.shapes.split(","):
+                    continue
+                if fmt == "bf16":
+                    Ws = [((rng.standard_normal((N, K), dtype=cp.float32) * 0.02).view(cp.uint32) >> 16)
+                          .astype(cp.uint16) for _ in range(a.layers)]
+                    nbytes = N * K * 2
+                else:
+                    Ws = [(rng.integers(0, 2 ** 31, (N, K // 8), dtype=cp.int64).astype(cp.uint32),
+                           (cp.full((N, K // 128), 0x2000, cp.uint32) | (8 << 16)), i32(0)) for _ in range(a.layers)]
+                    nbytes = N * K // 2 + N * K // 128 * 4
+                weights[fmt, key] = (Ws, nbytes)
+        X = {r: (rng.standard_normal((r, I), dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
+             for r in rows_list}
+        ref_out = {}
+        for name in names:
+            fmt, defines, over = VARIANTS[name]
+            t0 = time.perf_counter()
+            k = variant_kernels(defines)
+            _KEEP.append(k)
+            cfg = dict(GEMM_CFG[fmt], **over)
+            la = Launcher(k, s, pdl=False)
+            print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
+            for rows in rows_list:
+                g = Gemm(k, fmt, rows, cfg=cfg)
+                per_sm = la.blocks_per_sm(g.name, g.threads, 1, g.smem)
+                slots = sms * per_sm
+                for key, (N, K, mode) in SHAPES.items():
+                    if (fmt, key) not in weights:
+                        continue
+                    Ws, nbytes = weights[fmt, key]
+                    Y = cp.zeros((rows, N), cp.float32)
+                    act = cp.zeros((rows, I), cp.uint16)
+                    Xr = X[rows][:, :K].copy()
+                    ks = g.split(N, K, mode, slots)
+                    # check: one launch on layer 0 against an fp32 reference of the same weights (CuPy, no tensor cores)
+                    Y.fill(0)
+                    act.fill(0)
+                    if mode == "swiglu":
+                        g(Xr, Ws[0], N, K, mode, act=act, run=la)
+                        out = (act.astype(cp.uint32) << 16).view(cp.float32)
+                    else:
+                        g(Xr, Ws[0], N, K, mode, Y=Y, ks=ks, run=la)
+                        out = Y
+                    s.synchronize()
+                    ck = (fmt, rows, key)
+                    if ck not in ref_out:
+                        ref_out[ck] = reference(fmt, Xr, Ws[0], N, K, mode)
+                    r0 = ref_out[ck]
+                    err = float(cp.linalg.norm(out - r0) / max(float(cp.linalg.norm(r0)), 1e-30))
+                    res["check"][f"{name} t{rows} {key}"] = err
 
-                nb_old = 64 if fmt == "bf16" else 128
-                ks_old = 1 if mode == "swiglu" else max(1, min(K // 64, math.ceil(2 * sms / (N // nb_old))))
-                fn = old["gemm_v5.cu" if fmt == "bf16" else "gemm_w4_v5.cu"].get_function(f"v5_gemm_{fmt}_t{rows}")
-                m_old = 0 if mode == "swiglu" else 1
+                    def enq(g=g, X=Xr, Y=Y, act=act, Ws=Ws, N=N, K=K, mode=mode, ks=ks):
+                        for w in Ws:
+                            if mode == "swiglu":
+                                g(X, w, N, K, mode, act=act, run=la)
+                            else:
+                                g(X, w, N, K, mode, Y=Y, ks=ks, run=la)
 
-                def prev(fn=fn, X=X, Y=Y, Ws=Ws, N=N, K=K, ks_old=ks_old, m_old=m_old, nb_old=nb_old):
-                    for w in Ws:
-                        wa = (w,) if fmt == "bf16" else w
-                        fn((N // nb_old, ks_old), (128,), (X, *wa, Y, i32(N), i32(K), i32(m_old)), stream=s)
-
-                vers = [("v5", prev, ks_old), ("new", new, ks)]
-                if ks2 != ks:
-                    vers.append(("new_2waves", lambda new=new, ks2=ks2: new(ks=ks2), ks2))
-                for ver, enq, kk in vers:
-                    us = graph_ms(s, enq) * 1e3 / L
-                    key2 = f"{fmt} t{rows} {key} {ver}"
+                    us = graph_ms(s, enq, a.reps) * 1e3 / len(Ws)
+                    key2 = f"{name} t{rows} {key}"
                     res["per_layer_us"][key2] = {"us": round(us, 2), "GBps": round(nbytes / (us * 1e-6) / 1e9, 1),
-                                                 "ks": kk}
-                    print(f"{key2:28s} {us:8.2f} us/layer {nbytes / (us * 1e-6) / 1e9:8.1f} GB/s (ks "
-                          f"{res['per_layer_us'][key2]['ks']})", flush=True)
-            del Ws
-            cp.get_default_memory_pool().free_all_blocks()
+                                                 "ks": ks, "blocks": g.blocks(N, mode), "per_sm": per_sm}
+                    print(f"{key2:28s} {us:8.2f} us/layer {nbytes / (us * 1e-6) / 1e9:8.1f} GB/s (ks {ks}, "
+                          f"{g.blocks(N, mode)} blocks, {per_sm}/SM) check {err:.1e}", flush=True)
+    # summary: the four shapes a layer, per variant and rows
+    print(f"\nSUMMARY ({sms} SMs): us a layer, the four GEMMs")
+    for name in names:
+        for rows in rows_list:
+            keys = [key for key in SHAPES if f"{name} t{rows} {key}" in res["per_layer_us"]]
+            if not keys:
+                continue
+            tot = sum(res["per_layer_us"][f"{name} t{rows} {key}"]["us"] for key in keys)
+            parts = " ".join(f"{key} {res['per_layer_us'][f'{name} t{rows} {key}']['us']:.1f}" for key in keys)
+            bad = max(res["check"][f"{name} t{rows} {key}"] for key in keys)
+            print(f"  {name:14s} t{rows}: {tot:7.1f}  ({parts})  max check {bad:.1e}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -92,18 +92,21 @@ class Launcher:
 
 
 # --------------------------------------------------------------------------------------------- typed launchers
-GEMM_NB = 128  # W rows a block (kernels/gemm.cu GEMM_NB)
-GEMM_STAGES = 4  # cp.async pipeline depth (kernels/gemm.cu GEMM_STAGES)
+# The prefill GEMM's shape per weight format, as kernels/gemm.cu compiles it (its GEMM_*_BF16 / GEMM_*_W4 defaults):
+# nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt rows), kw warp groups of 4 along K (each on its
+# own 64-wide chunk of a stage), stages cp.async stages.
+GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "w4": {"nt": 4, "kw": 2, "stages": 4}}
 GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
-GEMM_KW = {"bf16": 1, "w4": 2}  # warp groups of 4 along K, each on its own 64-wide chunk of a stage (FmtBf16/FmtW4::KW)
 
 
-def gemm_smem_bytes(fmt: str, rows: int) -> int:
-    """Dynamic shared memory of one prefill-GEMM block: GEMM_STAGES x KW x (X tile + W tile (+ scale|zero tile))
-    of one 64-wide chunk."""
+def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None) -> int:
+    """Dynamic shared memory of one prefill-GEMM block: stages x kw x (X tile + W tile (+ scale|zero tile)) of one
+    64-wide chunk."""
+    c = cfg or GEMM_CFG[fmt]
+    nb = 32 * c["nt"]
     x_units = rows * 8  # rows x 64 bf16
-    w_units = GEMM_NB * 8 if fmt == "bf16" else GEMM_NB * 2 + GEMM_NB // 4
-    return GEMM_STAGES * GEMM_KW[fmt] * 16 * (x_units + w_units)
+    w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
+    return c["stages"] * c["kw"] * 16 * (x_units + w_units)
 
 
 def _set_max_dynamic_smem(fn, nbytes: int) -> None:
@@ -128,21 +131,24 @@ class Gemm:
     ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
     Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``run`` is a callable with the Launcher's
-    signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function."""
+    signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
+    ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D)."""
 
-    def __init__(self, kernels, fmt: str, rows: int):
+    def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None):
         if fmt not in ("bf16", "w4") or rows not in (32, 48):
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
         self.k, self.fmt, self.rows = kernels, fmt, rows
+        c = self.cfg = dict(cfg or GEMM_CFG[fmt])
+        self.nb = 32 * c["nt"]  # W rows a block
         self.name = f"gemm_{fmt}_t{rows}"
-        self.smem = gemm_smem_bytes(fmt, rows)
-        self.threads = 128 * GEMM_KW[fmt]
-        self.kstage = 64 * GEMM_KW[fmt]  # k per pipeline stage
-        _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default for bf16
+        self.smem = gemm_smem_bytes(fmt, rows, c)
+        self.threads = 128 * c["kw"]
+        self.kstage = 64 * c["kw"]  # k per pipeline stage
+        _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default
 
     def blocks(self, N: int, mode: str) -> int:
         """Blocks along N."""
-        return (N // 2 if mode == "swiglu" else N) // (GEMM_NB // 2 if mode == "swiglu" else GEMM_NB)
+        return (N // 2 if mode == "swiglu" else N) // (self.nb // 2 if mode == "swiglu" else self.nb)
 
     def split(self, N: int, K: int, mode: str, slots: int) -> int:
         """Split-K for "add": as many K slices as fill ``slots`` resident blocks in one wave (each slice whole
@@ -156,8 +162,9 @@ class Gemm:
 
     def __call__(self, X, W, N, K, mode, Y=None, act=None, ks=1, run=None):
         m = GEMM_MODES[mode]
-        if N % GEMM_NB or K % 128:
-            raise ValueError(f"prefill GEMM needs N % {GEMM_NB} == 0 and K % 128 == 0 (N={N}, K={K})")
+        kq = max(128, self.kstage)
+        if N % self.nb or K % kq:
+            raise ValueError(f"prefill GEMM needs N % {self.nb} == 0 and K % {kq} == 0 (N={N}, K={K})")
         if mode != "add" and ks != 1:
             raise ValueError("only mode 'add' splits K")
         null = np.uint64(0)
