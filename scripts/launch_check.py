@@ -8,8 +8,10 @@ Used by scripts/launch_check.sh (which prepares launch/launch_ros from their jaz
 
 Starts a LaunchService on the file with the given ``name:=value`` arguments, waits until each node in
 ``--expect`` answers its get_parameters service, compares the values, checks that /vla_edge publishes on
-the expected action topic (``--action-topic``), then shuts the launch down (SIGINT to the node, as Ctrl-C
-would) and exits 0 only when everything matched and the node exited cleanly.
+the expected action topic (``--action-topic``; ``--twist`` when the launch sets action_type twist), that the
+launched processes printed each ``--expect-output`` text (e.g. the transport line of vla_edge's start-up log),
+then shuts the launch down (SIGINT to the node, as Ctrl-C would) and exits 0 only when everything matched and the
+node exited cleanly.
 """
 
 from __future__ import annotations
@@ -37,6 +39,28 @@ def _query(node, fqn: str, names: list[str], timeout: float) -> dict:
     return {n: parameter_value_to_python(v) for n, v in zip(names, fut.result().values)}
 
 
+def _tee_output(kept: list) -> None:
+    """Keep a copy of everything written to this process's stdout and stderr (file descriptors 1 and 2: launch
+    writes the launched processes' screen output there, from its own handlers) while it still reaches them."""
+    import os
+
+    for fd in (1, 2):
+        original = os.dup(fd)
+        r, w = os.pipe()
+        os.dup2(w, fd)
+        os.close(w)
+
+        def pump(r=r, original=original):
+            while True:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                kept.append(chunk.decode(errors="replace"))
+                os.write(original, chunk)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("launch_file")
@@ -46,10 +70,16 @@ def main(argv=None) -> int:
                     help="NODE:PARAM=VALUE (NODE as a fully qualified name or a bare name under --namespace)")
     ap.add_argument("--namespace", default="", help="namespace the nodes run in (default: none)")
     ap.add_argument("--action-topic", default="", help="a topic that must carry TwistStamped actions")
+    ap.add_argument("--twist", action="store_true", help="the action topic carries geometry_msgs/Twist")
+    ap.add_argument("--expect-output", action="append", default=[],
+                    help="a text the launched processes must print (repeatable)")
     a = ap.parse_intermixed_args(argv)
+    printed: list[str] = []
+    if a.expect_output:
+        _tee_output(printed)
 
     import rclpy
-    from geometry_msgs.msg import TwistStamped
+    from geometry_msgs.msg import Twist, TwistStamped
     from launch import LaunchDescription, LaunchService
     from launch.actions import IncludeLaunchDescription
     from launch.launch_description_sources import AnyLaunchDescriptionSource
@@ -67,7 +97,7 @@ def main(argv=None) -> int:
     spinner.start()
     actions = []
     if a.action_topic:
-        node.create_subscription(TwistStamped, a.action_topic, actions.append, 10)
+        node.create_subscription(Twist if a.twist else TwistStamped, a.action_topic, actions.append, 10)
 
     expect: dict[str, dict[str, str]] = {}
     for e in a.expect:
@@ -97,6 +127,14 @@ def main(argv=None) -> int:
         if a.action_topic:
             result["lines"].append(f"{'ok ' if actions else 'BAD'} {len(actions)} actions on {a.action_topic}")
             ok &= bool(actions)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(0.2)  # the pumps pass on what the launch wrote last
+        text = "".join(printed)
+        for want in a.expect_output:
+            seen = want in text
+            ok &= seen
+            result["lines"].append(f"{'ok ' if seen else 'BAD'} output {'has' if seen else 'lacks'} {want!r}")
         result["ok"] = ok
         # A launch shutdown sends SIGINT to the node (as Ctrl-C would) and waits for it to exit.
         ls.shutdown()

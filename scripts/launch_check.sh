@@ -58,7 +58,9 @@ for f in "$root/launch/vla_edge.launch.py" "$root/launch/vla_edge.launch.yaml"; 
   $check "$f" params_file:="$scratch/params.yaml" make_tiny_model:=1 action_topic:=/cmd_vel \
     --expect vla_edge:policy=sliding_window --expect vla_edge:backend=numpy --expect vla_edge:period_ms=50.0 \
     --expect vla_edge:make_tiny_model=true --expect vla_camera:transport=compressed \
-    --expect vla_camera:qos_reliability=reliable --action-topic /cmd_vel 2>&1 | grep -E '^(ok |BAD|launch service)' || rc=1
+    --expect vla_camera:qos_reliability=reliable --action-topic /cmd_vel \
+    --expect-output "DDS transports: UDPv4 in this process" \
+    --expect-output "config/fastdds_shm.xml in the camera process" 2>&1 | grep -E '^(ok |BAD|launch service)' || rc=1
   echo "== $(basename "$f"): arguments override the params file; namespace, use_sim_time, log_level"
   $check "$f" params_file:="$scratch/params.yaml" make_tiny_model:=true policy:=semantic transport:=raw \
     namespace:=robot1 use_sim_time:=1 log_level:=debug --namespace /robot1 \
@@ -71,6 +73,10 @@ for f in "$root/launch/vla_edge.launch.py" "$root/launch/vla_edge.launch.yaml"; 
   echo "== $(basename "$f"): autostart:=false leaves the lifecycle node unconfigured (parameters still answer)"
   $check "$f" make_tiny_model:=1 backend:=numpy autostart:=false --expect vla_edge:autostart=false \
     --expect vla_edge:make_tiny_model=true 2>&1 | grep -E '^(ok |BAD|launch service)' || rc=1
+  echo "== $(basename "$f"): action_type:=twist puts geometry_msgs/Twist on the remapped action topic"
+  $check "$f" make_tiny_model:=1 backend:=numpy action_type:=twist action_topic:=/cmd_vel \
+    --expect vla_edge:action_type=twist --action-topic /cmd_vel --twist 2>&1 \
+    | grep -E '^(ok |BAD|launch service)' || rc=1
 done
 echo "== test/test_launch.py with the real launch packages importable (nothing skipped)"
 python -m pytest -q -p no:cacheprovider -rs "$root/test/test_launch.py" 2>&1 | tail -n 1

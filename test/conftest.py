@@ -24,6 +24,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU and CuPy (skipped without one)")
     config.addinivalue_line("markers", "ros: needs rclpy and a working DDS (integration)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    for name in ("linter", "flake8", "pep257", "copyright"):  # the ament_python template's linter markers
+        config.addinivalue_line("markers", f"{name}: a linter run as a test")
 
 
 def pytest_collection_modifyitems(config, items):

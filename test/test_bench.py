@@ -220,11 +220,13 @@ def test_bad_inputs_give_one_line(tmp_path):
         (["--clip", "synthetic", "--model", tmp_path / "notmodel", "--out", tmp_path / "o3"], "config.json"),
         (["--clip", "synthetic", "--seconds", "inf", "--out", tmp_path / "o4"], "--seconds"),
         (["--clip", "synthetic", "--policies", "lru", "--out", tmp_path / "o5"], "unknown policy"),
+        (["--clip", "synthetic", "--camera-hz", "1e9", "--out", tmp_path / "o6"], "--camera-hz: must be a number from"),
+        (["--clip", "synthetic", "--kv-capacity", "99999999", "--out", tmp_path / "o7"], "from 1 to 1048576"),
     ]
     for args, needle in cases:
         assert needle in _one_line(_bench(*args)), args
     assert [p.name for p in full.iterdir()] == ["old.txt"]  # refused: untouched
-    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3", "o4", "o5"))
+    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3", "o4", "o5", "o6", "o7"))
 
 
 def test_force_replaces_the_report_atomically_and_notes_fast_looped_clips(tmp_path):

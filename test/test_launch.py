@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = ROOT / "launch" / "vla_edge.launch.py"
 YAML = ROOT / "launch" / "vla_edge.launch.yaml"
 PARAMS = ("model_path", "make_tiny_model", "policy", "backend", "transport", "qos_reliability", "use_sim_time",
-          "autostart")
+          "action_type", "autostart")
 BOOLS = ("make_tiny_model", "use_sim_time", "autostart")
 OTHER_ARGS = ("params_file", "image_topic", "action_topic", "namespace", "log_level")
 

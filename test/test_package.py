@@ -40,6 +40,7 @@ MODULE_KEYS = {
     "launch": "launch",
     "launch_ros": "launch_ros",
     "bondpy": "bondpy",
+    "rosgraph_msgs": "rosgraph_msgs",
     "ament_flake8": "ament_flake8",
     "ament_pep257": "ament_pep257",
 }

@@ -70,9 +70,9 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
             ({"twist_map": [0, 1, 2, 3, 4, 99]}, "twist_map entries"),
             ({"twist_scale": [float("nan"), 1.0, 1.0, 1.0, 1.0, 1.0]}, "twist_scale entries must be finite"),
             ({"twist_scale": [1.0, 1.0, 1.0, 1.0, 1.0, float("inf")]}, "twist_scale entries must be finite"),
-            ({"kv_capacity_tokens": 1024}, "read-only"),
-            ({"policy": "semantic"}, "read-only"),
-            ({"period_ms": 40}, ""),  # an integer for a double: rclpy refuses the type change
+            ({"kv_capacity_tokens": 1024}, "only be changed while the node is unconfigured"),
+            ({"policy": "semantic"}, "only be changed while the node is unconfigured"),
+            ({"action_labels": ["a"] * 8}, "read-only"),
         ]
         for values, pattern in refused:
             (r,) = _set(client, lst.node, **values)

@@ -262,3 +262,25 @@ def test_managed_configure_fails_cleanly_then_succeeds_after_a_fix(domain, tmp_p
         assert not alive, f"camera process outlived a shutdown: {alive}"
     finally:
         lst.close()
+
+
+def test_sim_time_from_a_replayed_bag_clock(domain, tmp_path, procs, micro_model):
+    """use_sim_time with `vla-edge-replay --clock` (as `ros2 bag play --clock`): commands carry the bag's time."""
+    from vla_edge_ros.synthetic_bag import make_test_bag
+
+    bag = make_test_bag(tmp_path / "bag", frames=60, fps=30.0, storage="sqlite3")
+    frame_stamps = bag_stamps(bag)
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"use_sim_time": "true"},
+                          remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    try:
+        start_replay(procs, domain, tmp_path, bag, "--loop", "--clock")
+        lst.wait_for(lambda: sum(v["reason"] == "fresh" for _, v, _ in lst.cycles) >= 10, 60, "fresh actions")
+        t = time.monotonic()
+        time.sleep(1.0)
+        stamps = [s for _, s, _ in lst.actions_between(t, time.monotonic())]
+        # the node's clock is the last /clock message: the stamp of a frame the replay just published
+        assert stamps and all(s in frame_stamps for s in stamps), stamps[:3]
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]

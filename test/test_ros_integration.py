@@ -324,7 +324,8 @@ def test_parameter_declarations_with_rclpy(domain, tmp_path):
         assert v["twist_scale"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         d = node.describe_parameter("ema_alpha")
         assert d.type == ParameterType.PARAMETER_DOUBLE and not d.read_only and d.description  # tunable
-        assert node.describe_parameter("kv_capacity_tokens").read_only
+        assert not node.describe_parameter("kv_capacity_tokens").read_only  # settable while unconfigured
+        assert node.describe_parameter("action_labels").read_only
         assert d.floating_point_range[0].from_value == 0.001 and d.floating_point_range[0].to_value == 1.0
         assert node.describe_parameter("kv_capacity_tokens").integer_range[0].from_value == 1
         node.destroy_node()

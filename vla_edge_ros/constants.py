@@ -20,3 +20,4 @@ CPU_KV_CAPACITY_TOKENS = 512  # the NumPy backend's reference attention reads ev
 VRAM_CEILING_GB = 8.0  # modeled edge budget
 GROUP_SIZE = 128  # 4-bit weights (W4A16): one scale (and zero point) per this many input channels
 DEFAULT_PROMPT_TOKENS = 16  # the system prompt when the model has no tokenizer (engine.system_prompt_ids)
+CAMERA_NO_FRAMES_RESTART_S = 5.0  # camera watchdog: a publisher matched, no frame this long -> restart the camera

@@ -105,7 +105,8 @@ class CameraStatus:
         if state != "running":
             lvl = "ERROR" if state != "starting" else "WARN"
             last_exit = c.get("camera_process_last_exit")
-            msg = f"camera process {state}" + (f" ({last_exit})" if last_exit else "")
+            error = c.get("camera_process_error")
+            msg = f"camera process {state}" + (f": {error}" if error else f" ({last_exit})" if last_exit else "")
             if c.get("camera_process_restarts"):
                 msg += f", {c['camera_process_restarts']} restarts"
         too_large = c.get("invalid_too_large", 0)

@@ -22,8 +22,8 @@ from typing import Any
 
 from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
-from .constants import (ACTION_TOKENS, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS,
-                        VISION_TOKENS, VRAM_CEILING_GB)
+from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
+                        PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS, VRAM_CEILING_GB)
 from .cycle import FALLBACK_MODES, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
@@ -113,8 +113,9 @@ REASONING_SPECS: tuple[Spec, ...] = (
          tunable=True),
     Spec("action_frame_id", "base_link", "header.frame_id of ~/action (twist_stamped).", tunable=True,
          max_chars=NAME_CHARS),
-    Spec("camera_restart_no_frames_s", 5.0, "Camera watchdog: a publisher is matched but no frame arrived for this "
-         "long (s) -> the camera process is started again (counted in /diagnostics); 0: never.", 0.0, 3600.0),
+    Spec("camera_restart_no_frames_s", CAMERA_NO_FRAMES_RESTART_S, "Camera watchdog: a publisher is matched but no "
+         "frame arrived for this long (s) -> the camera process is started again (counted in /diagnostics); 0: "
+         "never.", 0.0, 3600.0),
     Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000,
          configure_time=True),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),

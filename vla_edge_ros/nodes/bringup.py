@@ -65,6 +65,48 @@ PROFILE_FILES = ("DEFAULT_FASTRTPS_PROFILES.xml", "DEFAULT_FASTDDS_PROFILES.xml"
 # A Fast DDS profile for the camera process only (the launch files point it at config/fastdds_shm.xml): the camera
 # gets it as FASTRTPS_DEFAULT_PROFILES_FILE, the reasoning process does not see it.
 CAMERA_PROFILE_VAR = "VLA_EDGE_CAMERA_FASTDDS_PROFILE"
+RANGE_VAR = "ROS_AUTOMATIC_DISCOVERY_RANGE"
+# What rmw_fastrtps (Jazzy) builds for ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, minus its shared-memory transport:
+# no multicast, a default unicast metatraffic locator, UDPv4 with 32 initial peer ports, 127.0.0.1 as initial peer.
+# rmw_fastrtps adds shared memory for LOCALHOST unconditionally, so this process runs the same discovery from a
+# default profile under the SUBNET range (for which rmw_fastrtps keeps the profile as it is).
+UDP_LOCALHOST_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- written by vla_edge (nodes/bringup.py): LOCALHOST discovery over UDP only, for its reasoning process -->
+<dds xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles">
+  <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>vla_edge_udp_localhost</transport_id>
+        <type>UDPv4</type>
+        <maxInitialPeersRange>32</maxInitialPeersRange>
+      </transport_descriptor>
+    </transport_descriptors>
+    <participant profile_name="vla_edge_udp_localhost" is_default_profile="true">
+      <rtps>
+        <builtin>
+          <metatrafficUnicastLocatorList><locator><udpv4/></locator></metatrafficUnicastLocatorList>
+          <initialPeersList><locator><udpv4><address>127.0.0.1</address></udpv4></locator></initialPeersList>
+        </builtin>
+        <userTransports><transport_id>vla_edge_udp_localhost</transport_id></userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
+      </rtps>
+    </participant>
+  </profiles>
+</dds>
+"""
+
+
+def _udp_localhost_profile() -> str:
+    """The path of UDP_LOCALHOST_PROFILE in the cache folder (written when missing or different)."""
+    from ..cache import cache_root
+
+    path = cache_root() / "fastdds_udp_localhost.xml"
+    if not path.is_file() or path.read_text() != UDP_LOCALHOST_PROFILE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(UDP_LOCALHOST_PROFILE)
+        os.replace(tmp, path)
+    return str(path)
 
 
 def udp_only_transport() -> tuple[dict, str]:
@@ -79,7 +121,8 @@ def udp_only_transport() -> tuple[dict, str]:
     process keeps the user's transports (shared memory carries a local driver's large frames).
     Returns the environment the camera process must start with (the user's value, None = unset) and a line for
     the log.  With ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps sets its own transports (shared memory
-    and UDP) and ignores the variable; other RMW implementations ignore it too.
+    and UDP, whatever FASTDDS_BUILTIN_TRANSPORTS says): this process then runs the same localhost discovery from
+    UDP_LOCALHOST_PROFILE instead (the camera process keeps LOCALHOST). Other RMW implementations are left alone.
 
     The one rule, whoever starts the process (``vla_edge``, both launch files, the demo): the user's own transport
     settings (the variables above, a profile file in the working directory) apply to both processes; otherwise
@@ -97,12 +140,15 @@ def udp_only_transport() -> tuple[dict, str]:
     user += [f"{f} in the working directory" for f in PROFILE_FILES if os.path.isfile(f)]
     if user:
         return child_env, f"DDS transports as configured ({', '.join(user)})"
-    if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").upper() == "LOCALHOST":
-        return child_env, ("DDS transports: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST makes rmw_fastrtps use shared "
-                           "memory in this process too; a participant joining the domain can then hold a publish "
-                           "for up to ~0.3 s (README, Known limits)")
-    os.environ[TRANSPORTS_VAR] = "UDPv4"
     camera = f"the profile {camera_profile}" if PROFILE_VARS[0] in child_env else "defaults"
+    if os.environ.get(RANGE_VAR, "").upper() == "LOCALHOST":
+        child_env[RANGE_VAR] = os.environ[RANGE_VAR]
+        child_env.setdefault(PROFILE_VARS[0], None)
+        os.environ[PROFILE_VARS[0]] = _udp_localhost_profile()
+        os.environ[RANGE_VAR] = "SUBNET"
+        return child_env, (f"DDS transports: UDPv4 in this process, localhost discovery (no shared memory: no "
+                           f"discovery stall), {camera} in the camera process")
+    os.environ[TRANSPORTS_VAR] = "UDPv4"
     return child_env, f"DDS transports: UDPv4 in this process (no shared memory: no discovery stall), {camera} in " \
                       "the camera process"
 
@@ -118,6 +164,7 @@ def main(argv=None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from ..frame_buffer import FrameBuffer
+    from ..shared_block import SharedBlockError
     from .camera_process import CameraProcess
     from ..settings import ParamError, unknown_parameters_message
     from .params import undeclared_overrides
@@ -141,9 +188,19 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
 
-    fb = FrameBuffer(shared=True)
-    camera = CameraProcess(fb, args, env=camera_env)
-    camera.launch()  # the child boots (imports rclpy, reads its parameters) while this process builds its node
+    fb = camera = None
+    try:  # a full or hostile /dev/shm is one line here, never a SIGBUS later (shared_block.py)
+        fb = FrameBuffer(shared=True)
+        camera = CameraProcess(fb, args, env=camera_env)
+        camera.launch()  # the child boots (imports rclpy, reads its parameters) while this process builds its node
+    except (SharedBlockError, OSError) as e:
+        print(f"vla_edge: cannot start: {e}", file=sys.stderr, flush=True)
+        if camera is not None:
+            camera.stop()
+        elif fb is not None:
+            fb.close()
+        rclpy.try_shutdown()
+        return EXIT_STARTUP
     reasoning = None
     try:
         try:
@@ -165,6 +222,7 @@ def main(argv=None) -> int:
             return EXIT_STARTUP
         nodes.append(reasoning)
         reasoning.on_finalized = stop.set  # a `shutdown` transition (a lifecycle manager) ends the process
+        camera.no_frames_restart_s = reasoning.p.camera_restart_no_frames_s
         camera.log = lambda level, msg: getattr(reasoning.get_logger(), level)(msg)
         # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
         known = set(report["declared"]) | set(reasoning._parameters)

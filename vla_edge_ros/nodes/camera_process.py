@@ -47,6 +47,7 @@ import time
 
 import numpy as np
 
+from ..constants import CAMERA_NO_FRAMES_RESTART_S
 from ..frame_buffer import FrameBuffer
 from ..realtime import tighten_gil_switch
 from ..shared_block import create_block, open_block, remove_block
@@ -57,7 +58,7 @@ READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (
 HANG_S = 5.0  # no heartbeat for this long (after its first): the child is killed and started again
 RESTART_INTERVAL_S = 2.0  # at most one start this often
 NOT_ANSWERING_S = 2.0  # heartbeat older than this: /diagnostics says the camera process is not answering
-NO_FRAMES_RESTART_S = 5.0  # default: subscribed, a publisher matched, no message for this long: restart
+NO_FRAMES_RESTART_S = CAMERA_NO_FRAMES_RESTART_S  # default (the node's camera_restart_no_frames_s sets its own)
 NO_FRAMES_BACKOFF_MAX = 8  # the longest no-frame wait, in units of no_frames_restart_s (a silent publisher)
 
 # float64 words of the stats block. Written by the parent: CMD_*; by the child: everything else.

@@ -448,7 +448,8 @@ class ReasoningNode(LifecycleNode):
         for kind in DROP_KINDS:
             c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
         c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
-        for key in ("process_pid", "process_state", "process_restarts", "process_last_exit"):
+        for key in ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
+                    "restarts_no_frames"):
             if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
                 c[f"camera_{key}"] = cs[key]
         return c

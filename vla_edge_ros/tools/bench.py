@@ -52,7 +52,7 @@ from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from ..runtime import Runtime, StartupError
 from ..settings import ReasoningSettings
-from .cli import (Parser, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
+from .cli import (Parser, bounded, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
                   non_negative_int, positive_int)
 
 
@@ -478,11 +478,12 @@ def build_parser() -> Parser:
                         "repeatable (default: none, required)")
     p.add_argument("--policies", default=",".join(POLICY_NAMES),
                    help=f"comma-separated eviction policies (default: {','.join(POLICY_NAMES)})")
-    p.add_argument("--seconds", type=finite_positive, default=10.0, help="run time per clip and policy (default: 10)")
-    p.add_argument("--camera-hz", type=finite_positive, default=60.0,
+    p.add_argument("--seconds", type=bounded(0.01, 86400.0), default=10.0,
+                   help="run time per clip and policy (default: 10)")
+    p.add_argument("--camera-hz", type=bounded(0.1, 1000.0), default=60.0,
                    help="rate the clip is fed to the FrameBuffer; the report notes when it differs from the clip's "
                         "own rate (default: 60)")
-    p.add_argument("--period-ms", type=finite_positive, default=PERIOD_MS,
+    p.add_argument("--period-ms", type=bounded(1.0, 10000.0), default=PERIOD_MS,
                    help=f"control period = deadline (default: {PERIOD_MS:g})")
     p.add_argument("--safety-margin-ms", type=finite_non_negative, default=SAFETY_MARGIN_MS,
                    help=f"kept free at the end of every cycle (default: {SAFETY_MARGIN_MS:g})")
@@ -490,7 +491,7 @@ def build_parser() -> Parser:
                    help=f"older frames -> stale_frame fallback (default: {MAX_FRAME_AGE_MS:g})")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
-    p.add_argument("--kv-capacity", type=positive_int, default=None,
+    p.add_argument("--kv-capacity", type=bounded(1, 1 << 20, int), default=None,
                    help=f"KV slots (default: {KV_CAPACITY_TOKENS} on cuda, {CPU_KV_CAPACITY_TOKENS} on numpy, as the "
                         "demo and the soak)")
     p.add_argument("--window-frames", type=positive_int, default=8, help="sliding_window size in frames (default: 8)")

@@ -50,8 +50,9 @@ def bounded(lo: float, hi: float, kind=float):
     def parse(text: str):
         v = _integer(text) if kind is int else _number(text)
         if not (math.isfinite(v) and lo <= v <= hi):
-            raise argparse.ArgumentTypeError(f"must be a{'n integer' if kind is int else ' number'} from "
-                                             f"{lo:g} to {hi:g}, not {text[:40]}")
+            ends = (f"{int(lo)} to {int(hi)}" if kind is int else f"{lo:g} to {hi:g}")
+            raise argparse.ArgumentTypeError(f"must be a{'n integer' if kind is int else ' number'} from {ends}, "
+                                             f"not {text[:40]}")
         return v
     parse.__name__ = f"{kind.__name__} in [{lo:g}, {hi:g}]"
     return parse

@@ -18,6 +18,7 @@ bag (moving shapes; ``synthetic_bag.make_test_bag``).
 
 Usage examples:
   vla-edge-replay /data/run1_bag --loop
+  vla-edge-replay /data/run1_bag --clock         # with vla_edge ... -p use_sim_time:=true
   vla-edge-replay drive.mp4 --topic /camera/image_raw --rate 0.5 --frame-id front_camera
   vla-edge-replay frames/ --fps 15 --format compressed --best-effort
   vla-edge-replay --make-bag /tmp/test_bag --frames 90 --bag-format compressed
@@ -127,6 +128,9 @@ def build_parser() -> Parser:
     p.add_argument("--rate", type=bounded(0.001, 1000.0), default=1.0,
                    help="playback speed factor, 0.001 to 1000 (default: 1.0)")
     p.add_argument("--loop", action="store_true", help="start again at the end (default: one pass)")
+    p.add_argument("--clock", action="store_true",
+                   help="also publish /clock (rosgraph_msgs/Clock) with each frame's stamp, for nodes running with "
+                        "use_sim_time (as ros2 bag play --clock) (default: off)")
     qos = p.add_mutually_exclusive_group()
     qos.add_argument("--best-effort", action="store_true",
                      help="BEST_EFFORT QoS (the sensor-data profile) instead of RELIABLE (default: reliable)")
@@ -247,6 +251,11 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
     )
     try:
         pub = node.create_publisher(Image if out_kind == "raw" else CompressedImage, topic, qos)
+        clock_pub = None
+        if a.clock:
+            from rosgraph_msgs.msg import Clock
+
+            clock_pub = node.create_publisher(Clock, "/clock", 10)
     except Exception as e:  # noqa: BLE001 - a name that expands to something invalid (e.g. with --ros-args)
         node.destroy_node()
         rclpy.try_shutdown()
@@ -303,7 +312,10 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
                     full_pass = False
                     break
                 try:
-                    pub.publish(_make_msg(convert(item, out_kind, a.jpeg_quality)))
+                    msg = _make_msg(convert(item, out_kind, a.jpeg_quality))
+                    if clock_pub is not None:  # the clock reaches the frame's time before the frame arrives
+                        clock_pub.publish(Clock(clock=msg.header.stamp))
+                    pub.publish(msg)
                 except (ImageError, ValueError, TypeError) as e:  # a payload that cannot be converted / published
                     pass_counters.skipped_corrupt += 1
                     log(f"skipped a message: {e}")
