@@ -82,6 +82,13 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// 1/sqrt(mean square + eps) of an RMSNorm, NaN when the mean square overflowed float32 (|x| beyond ~1e19: the forward
+// pass blew up). rsqrtf(inf) is 0, which would make the row all zeros, a finite meaningless action (bin 0 after the
+// argmax); NaN reaches the head's non-finite check instead. Twin: ops.rms_norm.
+__device__ __forceinline__ float rms_inv(float mean_sq, float eps) {
+    return isfinite(mean_sq) ? rsqrtf(mean_sq + eps) : __int_as_float(0x7fc00000);
+}
+
 // RMSNorm prologue used by the decode GEMVs: xs[i] = x[i] * rsqrt(mean(x^2)+eps) * w[i] for i < n.
 __device__ __forceinline__ void norm_to_smem(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps,
                                              int n, float* xs, float* red) {
@@ -92,7 +99,7 @@ __device__ __forceinline__ void norm_to_smem(const float* __restrict__ x, const 
         ss = fmaf(v, v, ss);
     }
     float tot = block_sum(ss, red);
-    float inv = rsqrtf(tot / (float)n + eps);
+    float inv = rms_inv(tot / (float)n, eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xs[i] * inv * bf2f(w[i]);
     __syncthreads();
 }
@@ -173,7 +180,7 @@ __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, c
             xr[u][e] = v[e] * lf[e];
         }
     }
-    return rsqrtf(warp_sum(ss) / (float)K + eps);
+    return rms_inv(warp_sum(ss) / (float)K, eps);
 }
 
 

@@ -33,7 +33,7 @@ rmsnorm_bf16(const float* __restrict__ x, const bf16_t* __restrict__ w, float ep
     for (int u = 0; u < RMS_V4; ++u)
         if (threadIdx.x + u * 256 < n4)
             ss = fmaf(v[u].x, v[u].x, fmaf(v[u].y, v[u].y, fmaf(v[u].z, v[u].z, fmaf(v[u].w, v[u].w, ss))));
-    const float inv = rsqrtf(block_sum(ss, red) / (float)H + eps);
+    const float inv = rms_inv(block_sum(ss, red) / (float)H, eps);
     uint2* o2 = (uint2*)(out + (size_t)t * H);
 #pragma unroll
     for (int u = 0; u < RMS_V4; ++u) {
@@ -53,6 +53,6 @@ extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const bf16_t
     const float* xr = x + (size_t)t * H;
     float ss = 0.f;
     for (int i = threadIdx.x; i < H; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    const float inv = rsqrtf(block_sum(ss, red) / (float)H + eps);
+    const float inv = rms_inv(block_sum(ss, red) / (float)H, eps);
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)t * H + i] = xr[i] * inv * bf2f(w[i]);
 }

@@ -1,14 +1,15 @@
 """Start vla_edge (the ReasoningNode, and the CameraNode in a child process it starts) with config/vla_edge.yaml.
 
     ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model image_topic:=/camera/image_raw
-    ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model action_type:=twist action_topic:=/cmd_vel
+    ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model action_type:=twist \
+        action_topic:=/cmd_vel
     ros2 launch vla_edge_ros vla_edge.launch.py params_file:=my.yaml namespace:=robot1 log_level:=debug
 
 The parameter arguments (model_path, make_tiny_model, policy, backend, transport, qos_reliability,
-use_sim_time, action_type, autostart) are empty by default and then set nothing: the value comes from params_file.  Given on
-the command line they override it.  Parameters go to the process as, in this order, ``--params-file
-<params_file>`` and one ``-p name:=value`` per given argument (rcl applies them in order, the last
-wins); both are scoped to the group below.  launch_yaml's file does exactly the same
+use_sim_time, action_type, autostart) are empty by default and then set nothing: the value comes from
+params_file.  Given on the command line they override it.  Parameters go to the process as, in this
+order, ``--params-file <params_file>`` and one ``-p name:=value`` per given argument (rcl applies them
+in order, the last wins); both are scoped to the group below.  launch_yaml's file does exactly the same
 (test/test_launch.py compares the two).
 
 The node name is deliberately not set: ``name=`` becomes ``__node:=`` and would rename both nodes

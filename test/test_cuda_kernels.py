@@ -251,6 +251,25 @@ def test_rmsnorm_bf16_sizes(k, H, N, T):
         assert (y.get() == bias[None, :]).all()
 
 
+def test_rmsnorm_of_an_overflowing_row_is_nan_like_its_twin(k):
+    """A row whose mean square overflows float32 is NaN (not the zeros rsqrtf(inf) gives), in both prefill norms,
+    as ops.rms_norm: the head's non-finite check then sees it (issue 19)."""
+    rng = np.random.default_rng()
+    H = 1536
+    x = rng.standard_normal((4, H)).astype(np.float32)
+    x[2] *= np.float32(1e20)  # finite, but sum(x^2) is not
+    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    ref = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
+    assert np.isnan(ref[2]).all() and np.isfinite(np.delete(ref, 2, axis=0)).all()
+    o32 = poison((4, H))
+    k.rmsnorm_f32((4,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), i32(H), o32))
+    out = poison((4, H), np.uint16)
+    k.rmsnorm_bf16((4,), (256,), (cp.asarray(x), cp.asarray(ln), f32(1e-6), i32(H), out, NULL, i32(0), NULL))
+    for got in (o32.get(), bf16_to_f32(out.get())):
+        assert np.isnan(got[2]).all()
+        assert rel(np.delete(got, 2, axis=0), np.delete(ref, 2, axis=0)) < 5e-3
+
+
 def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
     rng = np.random.default_rng()
     H, N = 1536, 2048

@@ -69,6 +69,19 @@ def test_runtime_refuses_an_overflowing_model_at_start_up(overflow, kind):
     assert "\n" not in msg and "overflows during warm-up" in msg and f"in the {PHASE[kind]}" in msg, msg
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_engine_raises_non_finite_with_the_phase(overflow, kind):
+    """The same on the CUDA engine: the head's argmax kernel marks the rows, the norms give NaN on overflow."""
+    eng = Engine(overflow[kind], backend="cuda", kv_capacity_tokens=512)
+    try:
+        with pytest.raises(NonFiniteOutput) as e:
+            eng.run_chunk(np.full((64, 128, 3), 100, np.uint8))
+        assert e.value.phase == PHASE[kind]
+    finally:
+        eng.close()
+
+
 def test_a_frame_that_overflows_is_a_non_finite_fallback(overflow):
     """A model that passed warm-up (warmup_chunks 0 here) and overflows later: fallback non_finite, counted, and
     never a model action, with `hold` too."""
