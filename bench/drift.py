@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Drift of a 4-bit model from the bf16 model it was quantized from, on the CUDA engine over a real clip.
 
   python bench/drift.py --bf16 DIR --w4 DIR --clip FILE [--frames 120] [--capacity 4096] [--json OUT]

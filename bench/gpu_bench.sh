@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # One device call (repo root, H200): the GPU tests on the one engine path, then chunk_bench for every kind of
 # model the engine runs (bf16 / 4-bit AWQ x autoregressive / parallel action decoding), qwen2.5-1.5b shape,
 # full 4096-slot cache, and the 4-bit drift from bf16 over a real clip. Peers: bench/gpu_peers.sh.

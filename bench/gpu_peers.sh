@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # One device call: the engine's bf16 and 4-bit chunks and the peers in the same call, so the ratios come from one
 # run. .device/peers/ holds copies of ../shared/peers/{hf_baseline,torch_peer}.py (sha256 in BENCHMARKS.md).
 #   bash bench/gpu_peers.sh

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Issue 18, round 3 (2026-12-01): the final device call of the session, in one command:
 #   GPU tests (kernels + tiny engine) while the 1.5B models are made; chunk_bench on the new kernels
 #   (--breakdown) and on the previous round's tree (BASE, e.g. `git archive 5d7a360` carried in .device/base) for

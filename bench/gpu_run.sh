@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # One device call, parameterised (replaces the dated per-call scripts gpu_call2/gpu_call4/gpu_final.sh of
 # 2026-11-30, whose numbers are in BENCHMARKS.md). Steps run in the order given:
 #   STEPS="tests micro models t15b bench sms peers"  KINDS="bf16 awq bf16-parallel awq-parallel"  bash bench/gpu_run.sh

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Issue 13.3: one vla-edge-bench process on the GPU for ~8 minutes (1.5B bf16, full 4096-slot cache, a real clip,
 # camera at 60 Hz, 33 ms period): deadline misses, and device memory over the run (first -> last sample, once a
 # second). The FrameBuffer tests run first (its backing changed for the camera process; the pinned case needs a GPU).

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the bench/gpu_*.sh device scripts: the shared set-up of one device call.
 #   OUT (JSON/XML/logs), PY, M (the generated models), say, gpu_tests, make_models
 OUT=${OUT:-/tmp/vla_out}

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Eviction-policy benchmark on the GPU device (H200): vla-edge-bench with the qwen2.5-1.5b preset
 # (random bf16 weights: speed does not depend on their values) on the cuda backend, the same run
 # BENCHMARKS.md "Eviction policies (vla-edge-bench)" records for the tiny preset on the CPU.

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache, RoPE applied inside from the position table (split-K
 // flash-decoding on the tensor cores). Twins: ops.apply_rope + ops.attention.
 //

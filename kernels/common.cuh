@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the vla_edge_ros kernels (included by every kernels/*.cu).
 // Compiled at run time by NVRTC through cupy.RawModule; no host code here.
 #pragma once

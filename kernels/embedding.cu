@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Embedding gather: out[h] = float(table[idx][h]); idx < 0 selects `start_row` (the chunk's start token,
 // uploaded with the chunk inputs), idx >= 0 an action-token row kept on the device.
 // Twin: embed[token] (reference.py).

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Prefill projections on the tensor cores, one body for both weight formats (the format is a policy):
 //   Y[T, N] (=|+=) X[T, K] . W[N, K]^T       (mode 0: store; mode 1: fp32 atomics, split-K, residual/bias fused)
 //   act[T, N/2] = silu(X . Wg^T) * (X . Wu^T) (mode 2: gate/up + SwiGLU fused; W = [gate rows; up rows], no split)

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Decode GEMVs (one token): bf16 weights [N, K] (HF [out, in]), fp32 activations, fp32 accumulation.
 // Built for the fixed cost of small, latency-bound launches inside one CUDA graph:
 //  - x lives in registers: lane l of a warp needs only x[8c .. 8c+7] for its 16-byte weight chunks

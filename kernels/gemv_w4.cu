@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Decode GEMVs (one token) on 4-bit weights (W4A16): the weight W [N, K] (HF [out, in]) is stored as
 //   Q  uint32 [N, K/8]   nibble k (bits 4k..4k+3) of word j = element 8j+k, unsigned 0..15;
 //   SZ uint32 [N, K/128] bits 0..15 = the group's scale (fp16, or bf16 when sbf != 0), bits 16..19 = its zero z;

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Prefill KV write: the T new tokens' k and v (columns NQ.. of the fused q/k/v output, fp32) are stored
 // as bf16, un-rotated, into their slots order[n_prefix + q_off + t]. Cache layout [NKV, cap, D].
 // Twin: the slot write of ReferenceModel.forward (k, v rounded to bf16 into order[n_prefix + t]).

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Constrained LM head + on-device argmax: final RMSNorm fused, logits over the 256 action rows only
 // (the last 256 vocabulary rows of the tied embedding), then the last block to finish (atomic ticket)
 // takes the argmax (first index on ties), writes the token id (vocab0 + index) and the row index that

@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Prefill RMSNorm: one block of 256 threads per token (H <= 2048, H % 4 == 0, N % 4 == 0); writes the normalised row as bf16 (the A operand of the
 // tensor-core GEMM) and, optionally, initialises the GEMM output rows with the bias (q/k/v bias add
 // fused: the split-K GEMM then accumulates on top). Twin: ops.rms_norm (+ bias of ops.linear).

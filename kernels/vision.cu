@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Vision patch encoder: frame uint8 [64, 128, 3] -> patches [32, 768] (4x8 grid row-major, (row, col,
 // channel) inside a patch, x/127.5 - 1) -> x[32, H] = P W^T + b + pos, plus pooled[H] = mean over the
 // 32 tokens. One block per 32 hidden features; 32-wide k tiles of P and W staged in shared memory.

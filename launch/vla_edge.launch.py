@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Start vla_edge (the ReasoningNode, and the CameraNode in a child process it starts) with config/vla_edge.yaml.
 
     ros2 launch vla_edge_ros vla_edge.launch.py model_path:=/path/to/model image_topic:=/camera/image_raw

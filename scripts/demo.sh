@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # The README's demo command: set up from nothing, then run the bringup on a generated tiny model and a
 # built-in clip for ~20 s (CUDA when a GPU is present, else the NumPy backend) and print a summary.
 set -eo pipefail

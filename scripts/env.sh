@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Source me: the venv plus the environment ROS 2 from PyPI wheels needs. Safe to source twice.
 # (No `set -u` here or in callers: install/setup.bash reads unset variables.)
 _root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Draw the package's import graph by layer and list the imports that point the wrong way.
 
     python3 scripts/import_graph.py            # the graph as text (docs/DESIGN.md shows it), then the violations

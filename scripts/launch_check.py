@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Run a launch file for a few seconds with the real launch/launch_ros and read the node's parameters back.
 
 Used by scripts/launch_check.sh (which prepares launch/launch_ros from their jazzy sources); run directly:

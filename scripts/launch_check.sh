@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Start both launch files with the REAL ROS 2 Jazzy launch + launch_ros (pure Python, from their jazzy
 # sources) next to this repository's PyPI ROS wheels, and check that parameters, remaps, namespace and a
 # clean SIGINT shutdown work.  Nothing is installed into .venv: the launch packages go to a scratch

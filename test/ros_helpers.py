@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of the ROS integration tests: processes, a listener node, the cycle the plumbing tests run at.
 
 Every test gets its own random ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (conftest.py). The

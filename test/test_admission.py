@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """AdmissionController: deadline arithmetic, EMA updates, tail allowance, validation (DESIGN.md §4)."""
 
 import pytest

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-bench and its frame sources: a short real run gives a complete report, and after a hard scene
 cut `semantic` keeps more of the history than `fifo`."""
 import json

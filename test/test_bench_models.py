@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-bench with several models side by side: each model runs every policy, the report names each run's
 weights and action decoding, and the admission of a parallel model counts its own phases (40 prefill tokens,
 no decode)."""

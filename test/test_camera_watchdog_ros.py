@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The camera child process over real DDS: the no-frame watchdog and the image subscription's qos_overrides.
 
 A real ``CameraProcess`` (a spawned child running ``CameraNode``) and a real publisher node in this process, on a

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The tools' inputs (issue 20, item 5): every bad input is one line and a non-zero exit, never a traceback.
 
 An image folder with a folder named like an image, numbers that overflow later (huge or tiny), Ctrl-C on

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The whole CUDA chunk (one graph) against the NumPy golden model, and on the 1.5B shape against HF.
 
 GPU only. Criterion per chunk: at every decode step the action logits agree (cosine >= 0.999) while the

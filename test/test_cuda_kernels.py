@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Each CUDA kernel against its NumPy twin (model/ops.py) on fresh random inputs, outputs poisoned first.
 
 GPU only (marked gpu; conftest skips without CuPy + a device). Tolerances: relative L2 error

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """ReasoningCycle (DESIGN.md §4) with the real Engine (numpy backend, tiny generated model) and the real
 FrameBuffer: every reason is reachable and an overrun returns at its deadline."""
 import time

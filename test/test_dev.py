@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """dev/ stays runnable (DESIGN.md §12): its CUDA variants still compile against today's kernels/common.cuh, its
 Python and shell scripts still parse, and every mutant in dev/mutants still applies to the tree it was made for
 (scripts/mutation_check.sh runs them; that takes minutes and is not part of CI)."""

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Edge fit arithmetic (vla_edge_ros/edge.py), the board list and the vla-edge-plan tool. No GPU, no ROS."""
 import json
 import os

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Engine (numpy backend): a whole chunk end to end on a real generated model and the real KvCache."""
 import time
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Eviction + RoPE against an independent implementation (DESIGN.md §5, §13).
 
 The engine (NumPy backend, tiny model, real KvCache) runs a stream much longer than its cache under each

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The fallback's value once the model has produced actions (DESIGN.md §4), on the ROS-free ReasoningCycle
 with the real Engine (NumPy backend, micro model), FrameBuffer and AdmissionController.
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The test-only fault injection of the reasoning node is off unless VLA_EDGE_TEST_FAULT_FILE is set.
 
 Behaviour, not source text: the real `vla_edge` bringup runs as an OS process over real DDS WITHOUT the

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """flake8 over the package, its tests, launch files and scripts (ament_flake8, config in setup.cfg)."""
 
 from pathlib import Path

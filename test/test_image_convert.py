@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """image_convert: camera messages -> uint8 RGB 64x128, and every way a message can be malformed."""
 
 import struct

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Pixel values, not only shapes: Bayer and YUV 4:2:2 decoding and the ~/debug_image picture, from inputs
 whose right answer is known (image_convert.py, DESIGN.md §3/§8).
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Every kernels/*.cu compiles with NVRTC for sm_80 (Ampere), sm_87 (Orin) and sm_90 (Hopper).
 
 CI has no GPU: this uses `cuda.bindings.nvrtc` (pip: cuda-python, nvidia-cuda-nvrtc,

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """KvCache slot bookkeeping: property-based invariants for every policy, long-run bounds, policy models."""
 
 import numpy as np

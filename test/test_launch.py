@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The two launch files, checked without launch_ros (not on PyPI) and, where it is importable, with it.
 
 The full check against the real Jazzy launch/launch_ros (start the bringup, read its parameters back)

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The package's layers hold (DESIGN.md §2): core never imports nodes/ or tools/, nodes/ never imports tools/, every
 core module outside cuda/ imports with rclpy, the ROS message packages and CuPy unavailable, and cuda/ needs nothing
 of ROS (only CuPy)."""

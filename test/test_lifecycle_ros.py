@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The reasoning node is a managed (lifecycle) node (issue 12.4), and SIGINT/SIGTERM end the process promptly in
 every state, warm-up included (issue 13.6). The bringup runs as its own OS process; the transitions are driven
 through its lifecycle services (/vla_edge/change_state, /vla_edge/get_state) by a client node in this process,

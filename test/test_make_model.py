@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-make-model and vla-edge-quantize: never overwrite or mix silently, write atomically, refuse bad input
 with one line; the loader checks a config's layer count against the files before building anything."""
 import json

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Model directories: good ones load (single file and sharded), bad ones raise one clear error
 naming the file and the tensor."""
 import json

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """package.xml against the code: every import is declared, every declared key resolves on Jazzy.
 
 ``rosdep install --from-paths . -y`` on a fresh Jazzy / Ubuntu 24.04 machine must install everything the

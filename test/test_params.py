@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Parameter tables and start-up validation (pure functions, no DDS), plus the config file."""
 
 import json

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """pep257 (pydocstyle) over the package, its tests, launch files and scripts, as the ament_python template runs it.
 
 The ignore list lives in setup.cfg's [pydocstyle] section (ament's convention with one change, explained there).

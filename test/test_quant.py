@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """4-bit weights (W4A16): packing against the formats' own libraries, quantized models through the loader and
 the NumPy reference, and every refusal as one line naming the file and the tensor. Fresh random tensors each run."""
 import importlib.util

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Correctness gate: the NumPy reference against HF transformers on the same weights (tiny preset).
 
 Same token stream, no eviction (positions identical to HF's): the system prompt, 32 vision-token

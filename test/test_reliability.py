@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Issue 6, the ROS-free part: run-time parameter validation, the VRAM plan and its message, hostile
 model directories (data only, never code), bags with unknown message types, --make-bag safety."""
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Issue 6 end-to-end: `vla_edge` keeps publishing and says why, whatever the camera, the model files or
 the parameters do. Separate OS processes over real DDS (helpers: ros_helpers.py, fixtures: conftest.py)."""
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-replay: sources (bags, video, image folders), generated test bags, and publishing at rate."""
 
 from __future__ import annotations

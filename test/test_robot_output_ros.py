@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """What reaches the robot (issue 19), through the real bringup over Fast DDS: an overflowing model never drives,
 commands respect their limits, carry a fresh stamp (or the frame's, on request) in the message type the base wants,
 the standard ROS parameters work (use_sim_time with /clock, qos_overrides, integers for doubles), and the node

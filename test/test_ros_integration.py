@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end: `vla_edge` and `vla-edge-replay` as separate OS processes over real DDS (helpers: ros_helpers.py,
 fixtures: conftest.py)."""
 

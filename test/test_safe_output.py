@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Nothing non-finite becomes a command, and commands respect their limits (issue 19), below ROS: the twins, the
 engine, the runtime's start-up refusal, the cycle's per-frame fallback, the bench, and CommandLimiter. The same
 through the real node over DDS: test_robot_output_ros.py."""

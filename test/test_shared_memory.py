@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Shared memory on a hostile or unlucky host (issue 20): no SIGBUS, no crash, no hijack, no lost camera.
 
 Each fault is reproduced for real: a private mount namespace with a small tmpfs on /dev/shm (``unshare -rm``), a

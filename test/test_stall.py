@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Stalls are visible (issue 13.2), ROS-free with an injected clock: ticks that never ran are missed deadlines,
 a late tick is measured against its scheduled time, jitter does not wrap at half a period, and the longest
 gap between published actions is reported. The real stall (SIGSTOP of the bringup) is test_stall_ros.py."""

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """A real stall (issue 13.2): the bringup process is stopped for ~1 s (SIGSTOP, then SIGCONT). /diagnostics
 must report the ticks that never ran as missed deadlines and the gap between actions, as a listener in another
 process sees it. Helpers: ros_helpers.py, fixtures: conftest.py."""

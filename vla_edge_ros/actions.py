@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Action tokens -> bins -> values (ROS-free; cycle.twist_components maps values to twist components).
 
 Decoding is constrained to the last 256 vocabulary ids (the OpenVLA convention): token

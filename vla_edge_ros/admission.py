@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Admission control: start a reasoning chunk only when it is expected to finish before the deadline.
 
 Each cycle (DESIGN.md §4) the reasoning node asks ``decide(t0, busy)``:

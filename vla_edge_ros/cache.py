@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Where generated assets (demo models, demo clips) live, made once and shared by the demo, the soak and the node.
 
 $VLA_EDGE_CACHE, else out/cache of a writable source tree (in-tree runs, or the current directory when it is the

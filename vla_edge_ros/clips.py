@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Frame sources for replay and benchmarks, ROS-free: rosbag2 bag, video file, image folder, synthetic clip.
 
 One layer for both tools: ``vla-edge-replay`` publishes the :class:`Item` records a source yields, and

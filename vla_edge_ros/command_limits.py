@@ -1,3 +1,4 @@
+# Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 """Velocity and acceleration limits on the six twist components the node publishes (ROS-free).
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Shapes fixed by the design (DESIGN.md §1): one frame is 32 vision tokens, one chunk decodes 8 actions; and
 the design's default numbers, one home for each."""
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The chunk contract between the engine and its backends (a leaf module: it imports only constants).
 
 - ``ChunkPlan``: which slots a chunk writes and the retention order attention reads (kv_cache.py makes it);

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The reasoning cycle of DESIGN.md §4 as a plain, ROS-free class.
 
 The ReasoningNode and `vla-edge-bench` run this very same logic: the node publishes ROS messages,

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """What `~/cycle` and `/diagnostics` say, ROS-free: the per-cycle key-values and level, the 1 Hz roll-up's level and
 message from what happened since the previous one, and the camera's status. The node only puts them in messages.
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Edge fit as pure arithmetic (no GPU, no ROS): the bytes one chunk must move, phase by phase, and what that
 costs on a named board (DESIGN.md §11).
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """One reasoning chunk, backend-agnostic: encode frame -> cache insert (eviction) -> prefill 32 vision
 tokens -> 8 constrained greedy decode passes -> action.
 

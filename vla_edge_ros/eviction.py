@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Frame eviction policies for the KV cache (DESIGN.md §5).
 
 A policy only decides *which* retained frame goes; the KvCache owns the slots and does the freeing.

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Freshest-frame handoff from the camera callback to the reasoning loop (DESIGN.md §3).
 
 One producer (the camera callback) and one consumer (the reasoning timer) share a triple buffer:

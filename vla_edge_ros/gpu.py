@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Is a CUDA GPU usable here? One answer for the whole package (the core must run without one)."""
 
 

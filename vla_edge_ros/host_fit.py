@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """What fits the control cycle on this host: time a model's chunk here, before anything depends on it.
 
 CPUs of the same kind differ ~2.5x in speed from machine to machine and from run to run (DESIGN.md §15), so

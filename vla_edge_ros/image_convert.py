@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Camera message -> model frame: validation and conversion (uint8 RGB, 64x128, area resize).
 
 ROS-free on purpose: the functions take any object with the fields of ``sensor_msgs/Image``

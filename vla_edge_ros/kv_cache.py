@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Slot bookkeeping for the bounded KV cache (DESIGN.md §5).
 
 The cache has `capacity` slots per layer, laid out once:

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Latency, deadline-miss and fallback statistics, and a VRAM peak sampler.
 
 The reasoning timer writes these every cycle while the 1 Hz diagnostics roll-up, the bench's reporter or

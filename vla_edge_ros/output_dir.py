@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Output folders of the tools (models, reports): written whole or not at all.
 
 `atomic_output_dir` hands out a temporary folder beside the target and renames it into place when the writer is

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """How the control thread is scheduled: the GIL switch interval and real-time priority (ROS-free).
 
 The reasoning process (`nodes/bringup.py`) and `vla-edge-bench` use the same settings, so the bench measures

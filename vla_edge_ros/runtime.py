@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The control loop assembled: engine + admission + cycle, built one way for the node and the bench (ROS-free).
 
 `Runtime.build` loads the model into an Engine, warms it up, seeds the admission EMAs from the steady-state

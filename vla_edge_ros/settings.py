@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Settings of the camera and the reasoning loop: the one table of names, defaults, ranges and descriptions, the
 typed objects generated from it, and the start-up and run-time validation (ROS-free).
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Named shared-memory blocks for handing data between the processes of one vla_edge (DESIGN.md §3).
 
 A block is a file in ``/dev/shm`` (``VLA_EDGE_SHM_DIR`` when set; the temp dir where neither exists), mapped with

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """A synthetic camera: deterministic moving-shapes frames, and small rosbag2 bags of them (raw or JPEG), written with
 `rosbags` (no ROS install needed). The demo's clip, the soak's and the tests' bags come from here.
 """

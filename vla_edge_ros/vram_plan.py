@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA engine's VRAM plan as pure arithmetic (no CuPy, no GPU): the shape of every device array the
 engine allocates, computed from the model config before anything is allocated, the bytes per part, and the
 start-up checks (a shape the kernels do not support; a plan over ``vram_ceiling_gb``) with one message each.

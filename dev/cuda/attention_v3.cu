@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache, RoPE applied inside from the position table.
 // Keys are stored un-rotated per slot; the key at index j of `order` has position j; query token t of
 // this call has position q_start + t (q_start = params[0] + q_off, read on the device, so one CUDA graph

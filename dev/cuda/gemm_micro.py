@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Prefill-GEMM micro-benchmark on the device (no model needed): kernels/gemm.cu compiled in several shapes (-D
 overrides of its GEMM_*_BF16 / GEMM_*_W4 defaults, the launcher told the same through Gemm(cfg=...)), qwen2.5-1.5b
 prefill shapes, 28 layers of random weights per shape (far over the L2), each measurement a captured CUDA graph of

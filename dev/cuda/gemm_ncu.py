@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """One launch of each shipped prefill-GEMM shape that matters, plainly (no graph), for Nsight Compute:
 
   ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \

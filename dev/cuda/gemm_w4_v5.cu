@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // dev/: the previous (v5, 2026-11-30) prefill GEMM, kept to be timed against kernels/gemm.cu (dev/cuda/gemm_micro.py).
 // Prefill projections on 4-bit weights (W4A16), tensor cores: Y[T, N] (=|+=) X[T, K] . W[N, K]^T, T = 32 rows
 // (gemm_w4_t32) or 48 (gemm_w4_t48: 32 vision tokens + 8 parallel action queries + zero padding). X bf16; W as

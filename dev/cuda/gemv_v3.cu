@@ -1,3 +1,5 @@
+// Copyright 2026 vla_edge_ros maintainers
+// SPDX-License-Identifier: Apache-2.0
 // Decode projections (one token): bf16 weights [N, K] (HF [out, in]), fp32 activations, fp32 accumulation.
 // Memory-bound GEMV: each warp streams whole rows with 16-byte loads, x sits in shared memory.
 // Twins: ops.rms_norm + ops.linear (+ bias), ops.silu_mul; KV write into the slot cache.

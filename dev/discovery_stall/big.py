@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """A one-image publisher: W H N HZ. Prints when it starts, has its message, is matched and publishes."""
 import sys, time
 t = time.monotonic

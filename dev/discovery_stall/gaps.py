@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Listen to /vla_edge/cycle (and the other outputs) for SECONDS; print every gap over 45 ms between publishes
 (on the node's clock: tick + cycle_ms) and between receipts here."""
 # listen to /vla_edge/cycle; print every cycle whose since_scheduled_tick or gap > 40 ms, with tick_monotonic

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 # The DDS discovery stall (BENCHMARKS.md, "Large frames on the camera topic"): vla_edge (tiny model) runs under a
 # watchdog (wd_bringup.py: names any publish() over 20 ms and any pause of its own thread), a listener (gaps.py)
 # subscribes its outputs and prints every gap over 45 ms between ~/cycle publishes, and a one-image publisher

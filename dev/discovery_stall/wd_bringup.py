@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Run the vla_edge bringup under a watchdog: print any publish() over 20 ms, any full gen-2 gc over 10 ms, any
 pause of the watchdog thread itself over 60 ms (the interpreter held), and the stacks when no tick came for 120 ms."""
 import os, sys; sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))

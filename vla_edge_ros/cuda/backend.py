@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """CudaBackend: the whole reasoning chunk as ONE CUDA graph of hand-written kernels (CuPy + NVRTC).
 
 Graph (captured once, replayed per chunk; docs/cuda_notes.md):

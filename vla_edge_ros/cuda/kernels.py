@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Load kernels/*.cu as CuPy RawModules (NVRTC, compiled for the GPU present: no fixed arch).
 
 The sources come from the installed share directory (`share/vla_edge_ros/kernels`, found through

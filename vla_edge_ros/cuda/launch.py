@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Kernel launches for the CUDA graph: plain, or with Programmatic Dependent Launch (PDL, sm_90+).
 
 A PDL launch (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION on the capturing

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Model configuration: the subset of an HF Qwen2 `config.json` the engine needs, plus presets."""
 from __future__ import annotations
 

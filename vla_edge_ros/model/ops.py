@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The NumPy twins of every CUDA kernel: the golden math, float32 throughout.
 
 Each function here is the reference its kernel in `kernels/*.cu` is tested against, and what

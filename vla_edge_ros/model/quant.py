@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """4-bit weights (W4A16): the in-memory form, the two published file layouts, and a round-to-nearest quantizer.
 
 In memory a quantized linear weight is a `QuantTensor` with the logical shape of an HF ``nn.Linear``

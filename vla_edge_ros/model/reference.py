@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The golden model: a NumPy Qwen2 forward over the slot-addressed KV cache, float32 on bf16 weights.
 
 Cache layout (shared with the CUDA engine): keys are stored un-rotated per slot; the position of a

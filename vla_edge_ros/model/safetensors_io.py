@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """A small reader/writer of the safetensors format that keeps bf16 as raw uint16 bits.
 
 NumPy has no bfloat16, and the `safetensors` package refuses BF16 for its numpy frontend, so the

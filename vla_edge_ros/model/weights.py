@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Load an HF-layout Qwen2 directory (+ optional vision.safetensors) into bf16 arrays, validated.
 
 Float tensors are kept as bf16 bits (uint16): that is what the GPU uploads unchanged, and the NumPy

@@ -1,3 +1,4 @@
+# Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 """The bond a Nav2 lifecycle manager expects from a node it activates (``bondpy``, when a ROS install has it).
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla_edge: the ReasoningNode in this process, the CameraNode in a child process, one shared FrameBuffer
 (DESIGN.md §3).
 

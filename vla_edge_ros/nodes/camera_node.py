@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """CameraNode: camera topic -> FrameBuffer (DESIGN.md §3).
 
 Subscribes ``image`` (sensor_msgs/Image, ``transport: raw``) or ``image/compressed``

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The camera node in its own process, handing frames to the control loop through shared memory (DESIGN.md §3).
 
 Everything an image costs before it is a 64x128 frame happens in the camera process: DDS receiving and

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The ~/debug_image picture: the frame, the retained-frame strip and the action bar (for rviz / rqt_image_view)."""
 
 from __future__ import annotations

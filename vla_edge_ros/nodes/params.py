@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """The ROS side of the settings (settings.py): declare them as parameters of a node, read them, and accept or refuse
 run-time changes through the node's parameter services.
 

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """ReasoningNode: the deadline-bound control loop (DESIGN.md §4) as a managed (lifecycle) ROS node (§8).
 
 The loop itself is ROS-free (``runtime.Runtime``: engine + admission + ``cycle.ReasoningCycle``, shared with

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-bench: replay clips through the ROS-free core and compare the KV eviction policies.
 
 For each clip and each policy (in turn, same clip, same seed, a fresh engine cache on the same loaded

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache, and project it onto edge boards.
 
   python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--json OUT] [--breakdown]

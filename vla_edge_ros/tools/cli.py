@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Command-line helpers shared by the tools: checked option types and one-line input checks.
 
 Every tool reports a bad option or input with one line on stderr and a non-zero exit status, never a

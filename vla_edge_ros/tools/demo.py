@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-demo: the whole loop on this machine in ~20 s, CPU is enough.
 
 1. picks the model: on a GPU the tiny preset; on a CPU the largest embedded preset whose chunk, timed

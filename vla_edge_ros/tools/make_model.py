@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-make-model: write random weights in HF Qwen2 layout (+ vision.safetensors).
 
 The output loads unchanged in `transformers.AutoModelForCausalLM.from_pretrained(DIR)` (a 4-bit one there

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Run a vla_edge bringup from a tool and watch it (shared by vla-edge-demo and vla-edge-soak).
 
 * :func:`ensure_model`, :func:`config_file` - the model and the packaged parameters;

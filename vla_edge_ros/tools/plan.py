@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-plan: what a model's chunk costs on edge boards, without a GPU.
 
 Prints the VRAM plan, the bytes one chunk must move (by phase, cache full) and, per board, the projected

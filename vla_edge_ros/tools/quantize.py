@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-quantize: round a bf16 model's decoder linears to 4 bits (W4A16, group 128) in a published layout.
 
 Round-to-nearest per group of 128 input channels: asymmetric min/max with a zero point (AWQ gemm, or

@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-replay: publish a rosbag2 bag, a video file, an image folder or a synthetic clip as a camera topic.
 
 Behaves like a camera driver: RELIABLE QoS by default (``--best-effort`` for the sensor-data profile),

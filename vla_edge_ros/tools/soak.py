@@ -1,3 +1,5 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
 """vla-edge-soak: run the whole loop for minutes and check that nothing leaks or slips.
 
 Starts the bringup (``python -m vla_edge_ros.nodes.bringup``) and a 60 Hz replay
