@@ -44,7 +44,7 @@ PLUMBING_KV_CAPACITY = 512
 PLUMBING_FIT_SHARE = 0.5  # the micro chunk, measured alone, at most half the budget: the node shares the CPU
 
 CYCLE_KEYS = {"source", "reason", "frame_seq", "frame_age_ms", "cycle_ms", "vision_ms", "prefill_ms", "decode_ms",
-              "chunk_ms", "tokens", "stamp_ns", "jitter_ms"}
+              "chunk_ms", "tokens", "stamp_ns", "jitter_ms", "frame_stamp_ns", "twist", "clamped"}
 DIAG_KEYS = {"deadline_miss_rate", "overruns", "fallback_rate", "cycle_ms_p50", "cycle_ms_p95", "cycle_ms_p99",
              "chunk_ms_p50", "chunk_ms_p95", "chunk_ms_p99", "ema_vision", "ema_prefill_per_token",
              "ema_decode_per_token", "cache_fill", "policy", "vram_peak_mb", "camera_rate_hz", "frame_age_ms",

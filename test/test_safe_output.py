@@ -50,9 +50,11 @@ def test_rms_norm_of_an_overflowing_row_is_nan_not_zero():
     assert np.allclose(y[0], 1.0, atol=1e-5) and np.isnan(y[1]).all()
 
 
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("kind", KINDS)
-def test_engine_raises_non_finite_with_the_phase(overflow, kind):
-    eng = Engine(overflow[kind], backend="numpy", kv_capacity_tokens=512)
+def test_engine_raises_non_finite_with_the_phase(overflow, kind, backend):
+    """Both backends: the CUDA head's argmax kernel marks the rows, its norms give NaN on overflow, as the twins."""
+    eng = Engine(overflow[kind], backend=backend, kv_capacity_tokens=512)
     try:
         with pytest.raises(NonFiniteOutput) as e:
             eng.run_chunk(np.full((64, 128, 3), 100, np.uint8))
@@ -69,19 +71,6 @@ def test_runtime_refuses_an_overflowing_model_at_start_up(overflow, kind):
         Runtime.build(overflow[kind], s, FrameBuffer())
     msg = str(e.value)
     assert "\n" not in msg and "overflows during warm-up" in msg and f"in the {PHASE[kind]}" in msg, msg
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind", KINDS)
-def test_cuda_engine_raises_non_finite_with_the_phase(overflow, kind):
-    """The same on the CUDA engine: the head's argmax kernel marks the rows, the norms give NaN on overflow."""
-    eng = Engine(overflow[kind], backend="cuda", kv_capacity_tokens=512)
-    try:
-        with pytest.raises(NonFiniteOutput) as e:
-            eng.run_chunk(np.full((64, 128, 3), 100, np.uint8))
-        assert e.value.phase == PHASE[kind]
-    finally:
-        eng.close()
 
 
 def test_a_frame_that_overflows_is_a_non_finite_fallback(overflow):

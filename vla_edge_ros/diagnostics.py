@@ -22,9 +22,11 @@ def cycle_level(out: CycleOutcome) -> str:
     return "ERROR" if out.reason in ERROR_REASONS else "WARN"
 
 
-def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bool, stamp_ns: int) -> dict:
+def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bool, stamp_ns: int,
+                 twist=None) -> dict:
     """The `~/cycle` key-values of one published outcome (floats are formatted by the caller): `stamp_ns` is the
-    header stamp the command carried, `frame_stamp_ns` the source frame's capture stamp (-1: no frame yet)."""
+    header stamp the command carried, `frame_stamp_ns` the source frame's capture stamp (-1: no frame yet), `twist`
+    the six components sent (after the limits), `t_publish_monotonic` when."""
     nan = float("nan")
     start = out.scheduled if out.scheduled is not None else out.t0
     vals = {
@@ -53,6 +55,9 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
     if out.error:
         vals["error"] = out.error
     vals["action"] = ",".join(f"{x:.4f}" for x in np.asarray(out.action, np.float32))
+    if twist is not None:
+        vals["twist"] = ",".join(f"{float(x):.6f}" for x in twist)
+    vals["t_publish_monotonic"] = f"{t_publish:.6f}"
     return vals
 
 

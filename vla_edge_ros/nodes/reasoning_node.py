@@ -389,7 +389,7 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().error(f"late chunk failed: {out.late_error}", throttle_duration_sec=5.0)
         if out.error:
             self.get_logger().error(f"{out.reason}: {out.error}", throttle_duration_sec=5.0)
-        vals = cycle_values(out, self._cycle_index, step.t_publish, step.late, self._stamp_sent)
+        vals = cycle_values(out, self._cycle_index, step.t_publish, step.late, self._stamp_sent, step.twist)
         st = DiagnosticStatus(level=LEVELS[cycle_level(out)], name=f"{self.status_prefix}: cycle",
                               hardware_id=self.backend_name, message=f"{out.source}: {out.reason}")
         st.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v))) for k, v in vals.items()]
