@@ -159,6 +159,7 @@ class CycleOutcome:
     scheduled: float | None = None  # the grid time this tick was due (see ReasoningCycle.tick)
     missed_before: int = 0  # grid slots between the previous tick and this one that never ran
     clamped: int = 0  # twist components the command limits clamped (runtime.Runtime.publish_outcome)
+    t_command: float | None = None  # when the limits were applied, just before publishing (their time base)
 
 
 REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)

@@ -26,7 +26,7 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
                  twist=None) -> dict:
     """The `~/cycle` key-values of one published outcome (floats are formatted by the caller): `stamp_ns` is the
     header stamp the command carried, `frame_stamp_ns` the source frame's capture stamp (-1: no frame yet), `twist`
-    the six components sent (after the limits), `t_publish_monotonic` when."""
+    the six components sent (after the limits), `t_command_monotonic` the time the limits were applied at."""
     nan = float("nan")
     start = out.scheduled if out.scheduled is not None else out.t0
     vals = {
@@ -57,7 +57,8 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
     vals["action"] = ",".join(f"{x:.4f}" for x in np.asarray(out.action, np.float32))
     if twist is not None:
         vals["twist"] = ",".join(f"{float(x):.6f}" for x in twist)
-    vals["t_publish_monotonic"] = f"{t_publish:.6f}"
+    if out.t_command is not None:
+        vals["t_command_monotonic"] = f"{out.t_command:.6f}"
     return vals
 
 

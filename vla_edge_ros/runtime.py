@@ -119,7 +119,7 @@ class Runtime:
         """The last guard (a non-finite action becomes the zero `non_finite` fallback), the command limits, the
         caller's publish, the statistics. Also for the outcomes the caller makes itself (stop, internal error)."""
         twist = self.cycle.finalize(out, self.settings.twist_map, self.settings.twist_scale)
-        now = self.cycle.clock()
+        now = out.t_command = self.cycle.clock()
         if out.reason == "inactive":
             twist = self.limiter.hard_stop(now)
         else:
