@@ -11,7 +11,9 @@
 //
 // attn_partial: a fixed grid (NKV, row groups, splits); each block takes a contiguous range of key indices, loads
 // 32-key tiles of K (rotated on the fly) and V into shared memory and runs S = Q K^T and O += P V with
-// mma.sync m16n8k16 bf16 (fp32 accumulate, online softmax in base 2). Rows = (token, head in group): the query
+// mma.sync m16n8k16 bf16 (fp32 accumulate, online softmax in base 2), fragments by ldmatrix, Q held in registers.
+// Software pipeline: while a tile is computed, the next tile's V lands in the other V buffer (cp.async) and its K
+// and cos/sin in registers (rotated into Ks after the tile), and the order entries of the tile after it load. Rows = (token, head in group): the query
 // heads of a KV head share every K/V load. Decode is T = 1, prefill T = 32 (40 with parallel action queries).
 // Launched with Programmatic Dependent Launch in the decode passes, so the block's first tile of OLD keys
 // (j < q_start) is staged into shared memory before PDL_WAIT: those keys were written before the last full
@@ -28,27 +30,71 @@
 #define NEG_BIG (-1e30f)
 #define MAX_SPLITS 128
 
-__device__ __forceinline__ unsigned ld_u32(const bf16_t* p) { return *(const unsigned*)p; }
+// ldmatrix (8x8 b16 matrices, one row address a lane) and cp.async (16 bytes; src_bytes 0 zero-fills).
+__device__ __forceinline__ void ldsm_x4(unsigned* d, const bf16_t* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned* d, const bf16_t* p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void att_cp_async16(bf16_t* smem, const void* gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void att_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void att_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// One K row chunk pair (dims c*8..c*8+7 and 64+c*8..) with its cos/sin, in registers until rotated into Ks.
+struct KPre {
+    uint4 lo, hi;
+    float4 c0, c1, s0, s1;
+};
+
+__device__ __forceinline__ void load_k(KPre& p, const bf16_t* __restrict__ kc, const float* __restrict__ cosT,
+                                       const float* __restrict__ sinT, size_t row, int j, int c) {
+    const uint4* kp = (const uint4*)(kc + row * DH);
+    p.lo = kp[c];
+    p.hi = kp[8 + c];
+    const float4* cp = (const float4*)(cosT + (size_t)j * HALF + c * 8);
+    const float4* sn = (const float4*)(sinT + (size_t)j * HALF + c * 8);
+    p.c0 = cp[0]; p.c1 = cp[1]; p.s0 = sn[0]; p.s1 = sn[1];
+}
+
+// Rotate (RoPE at the key's position) and store one prefetched K chunk pair into the Ks row.
+__device__ __forceinline__ void rope_store_k(bf16_t* krow, const KPre& p, int c) {
+    const float x1[8] = {bflo(p.lo.x), bfhi(p.lo.x), bflo(p.lo.y), bfhi(p.lo.y),
+                         bflo(p.lo.z), bfhi(p.lo.z), bflo(p.lo.w), bfhi(p.lo.w)};
+    const float x2[8] = {bflo(p.hi.x), bfhi(p.hi.x), bflo(p.hi.y), bfhi(p.hi.y),
+                         bflo(p.hi.z), bfhi(p.hi.z), bflo(p.hi.w), bfhi(p.hi.w)};
+    const float cc[8] = {p.c0.x, p.c0.y, p.c0.z, p.c0.w, p.c1.x, p.c1.y, p.c1.z, p.c1.w};
+    const float ss[8] = {p.s0.x, p.s0.y, p.s0.z, p.s0.w, p.s1.x, p.s1.y, p.s1.z, p.s1.w};
+    float o1[8], o2[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        o1[i] = x1[i] * cc[i] - x2[i] * ss[i];
+        o2[i] = x2[i] * cc[i] + x1[i] * ss[i];
+    }
+    *(uint4*)&krow[c * 8] = make_uint4(pack_bf2(o1[0], o1[1]), pack_bf2(o1[2], o1[3]), pack_bf2(o1[4], o1[5]), pack_bf2(o1[6], o1[7]));
+    *(uint4*)&krow[HALF + c * 8] = make_uint4(pack_bf2(o2[0], o2[1]), pack_bf2(o2[2], o2[3]), pack_bf2(o2[4], o2[5]), pack_bf2(o2[6], o2[7]));
+}
 
 // Stage the keys j of the tile [j0, j0+32) into Ks (rotated) / Vs: keys in [lo, hi) are loaded; keys >= k_end are
 // zero-filled (they are masked, and V must stay finite); others are left untouched (filled by another call).
+// Used for a block's first tile only (split around PDL_WAIT); later tiles are prefetched one tile ahead.
 __device__ __forceinline__ void stage_tile(bf16_t (*Ks)[LDS], bf16_t (*Vs)[LDS], const bf16_t* __restrict__ kc,
                                            const bf16_t* __restrict__ vc, const int* __restrict__ order,
                                            const float* __restrict__ cosT, const float* __restrict__ sinT, int g,
                                            int cap, int j0, int lo, int hi, int k_end, int tid) {
-    uint4 klo[2], khi[2], vv[4];
-    float4 cs[2][4];
+    KPre kp[2];
+    uint4 vv[4];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
         const int e = tid + u * 128, kr = e >> 3, c = e & 7, j = j0 + kr;
-        if (j >= lo && j < hi) {
-            const uint4* kp = (const uint4*)(kc + ((size_t)g * cap + order[j]) * DH);
-            klo[u] = kp[c];
-            khi[u] = kp[8 + c];
-            const float4* cp = (const float4*)(cosT + (size_t)j * HALF + c * 8);
-            const float4* sn = (const float4*)(sinT + (size_t)j * HALF + c * 8);
-            cs[u][0] = cp[0]; cs[u][1] = cp[1]; cs[u][2] = sn[0]; cs[u][3] = sn[1];
-        }
+        if (j >= lo && j < hi) load_k(kp[u], kc, cosT, sinT, (size_t)g * cap + order[j], j, c);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -59,20 +105,7 @@ __device__ __forceinline__ void stage_tile(bf16_t (*Ks)[LDS], bf16_t (*Vs)[LDS],
     for (int u = 0; u < 2; ++u) {
         const int e = tid + u * 128, kr = e >> 3, c = e & 7, j = j0 + kr;
         if (j >= lo && j < hi) {
-            const float x1[8] = {bflo(klo[u].x), bfhi(klo[u].x), bflo(klo[u].y), bfhi(klo[u].y),
-                                 bflo(klo[u].z), bfhi(klo[u].z), bflo(klo[u].w), bfhi(klo[u].w)};
-            const float x2[8] = {bflo(khi[u].x), bfhi(khi[u].x), bflo(khi[u].y), bfhi(khi[u].y),
-                                 bflo(khi[u].z), bfhi(khi[u].z), bflo(khi[u].w), bfhi(khi[u].w)};
-            const float cc[8] = {cs[u][0].x, cs[u][0].y, cs[u][0].z, cs[u][0].w, cs[u][1].x, cs[u][1].y, cs[u][1].z, cs[u][1].w};
-            const float ss[8] = {cs[u][2].x, cs[u][2].y, cs[u][2].z, cs[u][2].w, cs[u][3].x, cs[u][3].y, cs[u][3].z, cs[u][3].w};
-            float o1[8], o2[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                o1[i] = x1[i] * cc[i] - x2[i] * ss[i];
-                o2[i] = x2[i] * cc[i] + x1[i] * ss[i];
-            }
-            *(uint4*)&Ks[kr][c * 8] = make_uint4(pack_bf2(o1[0], o1[1]), pack_bf2(o1[2], o1[3]), pack_bf2(o1[4], o1[5]), pack_bf2(o1[6], o1[7]));
-            *(uint4*)&Ks[kr][HALF + c * 8] = make_uint4(pack_bf2(o2[0], o2[1]), pack_bf2(o2[2], o2[3]), pack_bf2(o2[4], o2[5]), pack_bf2(o2[6], o2[7]));
+            rope_store_k(Ks[kr], kp[u], c);
         } else if (j >= k_end) {
             *(uint4*)&Ks[kr][c * 8] = make_uint4(0, 0, 0, 0);
             *(uint4*)&Ks[kr][HALF + c * 8] = make_uint4(0, 0, 0, 0);
@@ -93,11 +126,12 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
                 float scale_log2, int bidir_from, float* __restrict__ part_o, float* __restrict__ part_ml) {
     __shared__ __align__(16) bf16_t Qs[ATT_ROWS][LDS];
     __shared__ __align__(16) bf16_t Ks[ATT_TILE][LDS];
-    __shared__ __align__(16) bf16_t Vs[ATT_TILE][LDS];
+    __shared__ __align__(16) bf16_t Vs[2][ATT_TILE][LDS];  // double-buffered: the next tile's V lands by cp.async
     PDL_TRIGGER();
     const int g = blockIdx.x, rg = blockIdx.y, sp = blockIdx.z;
     const int nrg = gridDim.y, nsplit = gridDim.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, r = lane >> 2, qd = lane & 3;
+    const int lrow = lane & 7, lsel = lane >> 3;  // ldmatrix: this lane's row in its 8x8 matrix, and which matrix
     const int q_start = params[0] + q_off;  // params[0]: n_prefix, constant inside the chunk
     const int n_keys = q_start + T;
     const int R = T * group;
@@ -110,38 +144,74 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
 
     // ---- before the dependency wait: the first tile's old keys (complete before this pass began)
     if (k_begin < k_end)
-        stage_tile(Ks, Vs, kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start), k_end, tid);
+        stage_tile(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start), k_end, tid);
+    // the order entries of the second tile (order is constant inside the chunk): K rows kr0, kr0 + 16 (16-byte
+    // chunks ck and 8 + ck), V rows vr0 + 8u (chunk cv)
+    const int ck = tid & 7, kr0 = tid >> 3, cv = tid & 15, vr0 = tid >> 4;
+    int oK[2], oV[4];
+    {
+        const int jt = k_begin + ATT_TILE;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) oK[u] = (jt + kr0 + 16 * u < k_end) ? order[jt + kr0 + 16 * u] : 0;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) oV[u] = (jt + vr0 + 8 * u < k_end) ? order[jt + vr0 + 8 * u] : 0;
+    }
     PDL_WAIT();
 
-    // ---- Q: rotate by the query position, scale by log2(e)/sqrt(D), to bf16 in shared memory
-    for (int e = tid; e < ATT_ROWS * 8; e += 128) {
-        const int rl = e >> 3, c = e & 7, rr = rg * ATT_ROWS + rl;
-        float o1[8], o2[8];
-        if (rr < R) {
-            const int t = rr / group, hh = rr - t * group;
-            const float* qp = q + (size_t)t * q_stride + (size_t)(g * group + hh) * DH + c * 8;
-            const float* cp = cosT + (size_t)(q_start + t) * HALF + c * 8;
-            const float* sn = sinT + (size_t)(q_start + t) * HALF + c * 8;
+    // ---- Q: rotate by the query position, scale by log2(e)/sqrt(D), to bf16 in shared memory (every load of a
+    // thread issued before the first use: a thread's 4 rows share the column chunk ck)
+    {
+        float4 xv[4][4], cs[4][4];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float x1 = qp[i], x2 = qp[HALF + i], cc = cp[i], ss = sn[i];
-                o1[i] = (x1 * cc - x2 * ss) * scale_log2;
-                o2[i] = (x2 * cc + x1 * ss) * scale_log2;
+        for (int it = 0; it < 4; ++it) {
+            const int rl = kr0 + 16 * it, rr = rg * ATT_ROWS + rl;
+            if (rr < R) {
+                const int t = rr / group, hh = rr - t * group;
+                const float4* qp = (const float4*)(q + (size_t)t * q_stride + (size_t)(g * group + hh) * DH + ck * 8);
+                const float4* cp = (const float4*)(cosT + (size_t)(q_start + t) * HALF + ck * 8);
+                const float4* sn = (const float4*)(sinT + (size_t)(q_start + t) * HALF + ck * 8);
+                xv[it][0] = qp[0]; xv[it][1] = qp[1]; xv[it][2] = qp[HALF / 4]; xv[it][3] = qp[HALF / 4 + 1];
+                cs[it][0] = cp[0]; cs[it][1] = cp[1]; cs[it][2] = sn[0]; cs[it][3] = sn[1];
             }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) o1[i] = o2[i] = 0.f;
         }
-        uint4 u1 = make_uint4(pack_bf2(o1[0], o1[1]), pack_bf2(o1[2], o1[3]), pack_bf2(o1[4], o1[5]), pack_bf2(o1[6], o1[7]));
-        uint4 u2 = make_uint4(pack_bf2(o2[0], o2[1]), pack_bf2(o2[2], o2[3]), pack_bf2(o2[4], o2[5]), pack_bf2(o2[6], o2[7]));
-        *(uint4*)&Qs[rl][c * 8] = u1;
-        *(uint4*)&Qs[rl][HALF + c * 8] = u2;
+#pragma unroll
+        for (int it = 0; it < 4; ++it) {
+            const int rl = kr0 + 16 * it, rr = rg * ATT_ROWS + rl;
+            float o1[8], o2[8];
+            if (rr < R) {
+                const float x1[8] = {xv[it][0].x, xv[it][0].y, xv[it][0].z, xv[it][0].w,
+                                     xv[it][1].x, xv[it][1].y, xv[it][1].z, xv[it][1].w};
+                const float x2[8] = {xv[it][2].x, xv[it][2].y, xv[it][2].z, xv[it][2].w,
+                                     xv[it][3].x, xv[it][3].y, xv[it][3].z, xv[it][3].w};
+                const float cc[8] = {cs[it][0].x, cs[it][0].y, cs[it][0].z, cs[it][0].w,
+                                     cs[it][1].x, cs[it][1].y, cs[it][1].z, cs[it][1].w};
+                const float ss[8] = {cs[it][2].x, cs[it][2].y, cs[it][2].z, cs[it][2].w,
+                                     cs[it][3].x, cs[it][3].y, cs[it][3].z, cs[it][3].w};
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    o1[i] = (x1[i] * cc[i] - x2[i] * ss[i]) * scale_log2;
+                    o2[i] = (x2[i] * cc[i] + x1[i] * ss[i]) * scale_log2;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) o1[i] = o2[i] = 0.f;
+            }
+            *(uint4*)&Qs[rl][ck * 8] = make_uint4(pack_bf2(o1[0], o1[1]), pack_bf2(o1[2], o1[3]), pack_bf2(o1[4], o1[5]), pack_bf2(o1[6], o1[7]));
+            *(uint4*)&Qs[rl][HALF + ck * 8] = make_uint4(pack_bf2(o2[0], o2[1]), pack_bf2(o2[2], o2[3]), pack_bf2(o2[4], o2[5]), pack_bf2(o2[6], o2[7]));
+        }
     }
     // ---- after the wait: the first tile's new keys (j >= q_start), written by the previous kernel
     if (k_begin < k_end && k_begin + ATT_TILE > q_start && k_end > q_start)
-        stage_tile(Ks, Vs, kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end, k_end, tid);
+        stage_tile(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end, k_end, tid);
+    __syncthreads();
 
     const bool active = (rg * ATT_ROWS + warp * 16) < R;
+    // the warp's Q as A fragments, held in registers for every tile
+    unsigned qf[DH / 16][4];
+    if (active) {
+#pragma unroll
+        for (int ks = 0; ks < DH / 16; ++ks) ldsm_x4(qf[ks], &Qs[warp * 16 + lrow + (lsel & 1) * 8][ks * 16 + (lsel >> 1) * 8]);
+    }
     float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.f, l1 = 0.f;
     float O[16][4];
 #pragma unroll
@@ -151,24 +221,47 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
     const int limA = rowA < R ? (tA >= bidir_from ? n_keys - 1 : q_start + tA) : -1;
     const int limB = rowB < R ? (tB >= bidir_from ? n_keys - 1 : q_start + tB) : -1;
 
-    for (int j0 = k_begin; j0 < k_end; j0 += ATT_TILE) {
-        if (j0 != k_begin) stage_tile(Ks, Vs, kc, vc, order, cosT, sinT, g, cap, j0, j0, k_end, k_end, tid);
-        __syncthreads();
+    int buf = 0;
+    for (int j0 = k_begin; j0 < k_end; j0 += ATT_TILE, buf ^= 1) {
+        // ---- issue the next tile's loads (V by cp.async into the other buffer, K + cos/sin into registers) and
+        // the order entries of the tile after it; they land while this tile is computed
+        const int jn = j0 + ATT_TILE;
+        const bool nxt = jn < k_end;  // block-uniform
+        KPre kp[2];
+        if (nxt) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int j = jn + vr0 + 8 * u;
+                bf16_t* dst = &Vs[buf ^ 1][vr0 + 8 * u][cv * 8];
+                if (j < k_end) att_cp_async16(dst, vc + ((size_t)g * cap + oV[u]) * DH + cv * 8, 16);
+                else att_cp_async16(dst, vc, 0);
+            }
+            att_cp_async_commit();
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int j = jn + kr0 + 16 * u;
+                if (j < k_end) load_k(kp[u], kc, cosT, sinT, (size_t)g * cap + oK[u], j, ck);
+            }
+            const int jt = jn + ATT_TILE;
+#pragma unroll
+            for (int u = 0; u < 2; ++u) oK[u] = (jt + kr0 + 16 * u < k_end) ? order[jt + kr0 + 16 * u] : 0;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) oV[u] = (jt + vr0 + 8 * u < k_end) ? order[jt + vr0 + 8 * u] : 0;
+        }
 
         if (active) {
+            const bf16_t (*Vb)[LDS] = Vs[buf];
             float S[4][4];
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
-            const int qr = warp * 16 + r;
 #pragma unroll
             for (int ks = 0; ks < DH / 16; ++ks) {
-                const int kc0 = ks * 16 + qd * 2;
-                const unsigned a0 = ld_u32(&Qs[qr][kc0]), a1 = ld_u32(&Qs[qr + 8][kc0]);
-                const unsigned a2 = ld_u32(&Qs[qr][kc0 + 8]), a3 = ld_u32(&Qs[qr + 8][kc0 + 8]);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    const unsigned b0 = ld_u32(&Ks[nt * 8 + r][kc0]), b1 = ld_u32(&Ks[nt * 8 + r][kc0 + 8]);
-                    mma_bf16_16816(S[nt], a0, a1, a2, a3, b0, b1);
+                for (int p = 0; p < 2; ++p) {
+                    unsigned b[4];
+                    ldsm_x4(b, &Ks[(2 * p + (lsel >> 1)) * 8 + lrow][ks * 16 + (lsel & 1) * 8]);
+                    mma_bf16_16816(S[2 * p], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[0], b[1]);
+                    mma_bf16_16816(S[2 * p + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], b[2], b[3]);
                 }
             }
             float mx0 = NEG_BIG, mx1 = NEG_BIG;
@@ -217,19 +310,32 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
                 const unsigned a1 = pack_bf2(S[2 * kk][2], S[2 * kk][3]);
                 const unsigned a2 = pack_bf2(S[2 * kk + 1][0], S[2 * kk + 1][1]);
                 const unsigned a3 = pack_bf2(S[2 * kk + 1][2], S[2 * kk + 1][3]);
-                const int kr0 = kk * 16 + qd * 2;
 #pragma unroll
-                for (int nd = 0; nd < 16; ++nd) {
-                    const int col = nd * 8 + r;
-                    const unsigned b0 = (unsigned)Vs[kr0][col] | ((unsigned)Vs[kr0 + 1][col] << 16);
-                    const unsigned b1 = (unsigned)Vs[kr0 + 8][col] | ((unsigned)Vs[kr0 + 9][col] << 16);
-                    mma_bf16_16816(O[nd], a0, a1, a2, a3, b0, b1);
+                for (int p = 0; p < 8; ++p) {
+                    unsigned b[4];
+                    ldsm_x4_t(b, &Vb[kk * 16 + (lsel & 1) * 8 + lrow][(2 * p + (lsel >> 1)) * 8]);
+                    mma_bf16_16816(O[2 * p], a0, a1, a2, a3, b[0], b[1]);
+                    mma_bf16_16816(O[2 * p + 1], a0, a1, a2, a3, b[2], b[3]);
                 }
             }
         }
-        __syncthreads();
+        __syncthreads();  // every warp is done with Ks and Vs[buf]
+        if (nxt) {
+            // ---- the next tile's K: rotate and store (zeros past k_end); its V has landed once the group is waited
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int kr = kr0 + 16 * u, j = jn + kr;
+                if (j < k_end) {
+                    rope_store_k(Ks[kr], kp[u], ck);
+                } else {
+                    *(uint4*)&Ks[kr][ck * 8] = make_uint4(0, 0, 0, 0);
+                    *(uint4*)&Ks[kr][HALF + ck * 8] = make_uint4(0, 0, 0, 0);
+                }
+            }
+            att_cp_async_wait_all();
+            __syncthreads();
+        }
     }
-    if (k_begin >= k_end) __syncthreads();  // (no tile) Qs writes done before exit: nothing else to order
 
     if (!active) return;
 #pragma unroll

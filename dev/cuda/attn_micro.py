@@ -1,0 +1,139 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""Prefill / decode attention micro-benchmark on the device (no model needed): kernels/attention.cu against the
+previous kernel (dev/cuda/attention_v4.cu, the round-3 tree), qwen2.5-1.5b shape (2 KV heads, group 6, D 128),
+full 4096-slot cache, 28 layers of their own random K/V (4 MB a layer, over the L2 together). Each measurement is a
+captured CUDA graph of 28 layers (plain launches, as the prefill) replayed 20 times; reported per layer (median
+replay / 28): partial + combine, partial alone, combine alone. Each kernel's output (layer 0) is first checked
+against the NumPy twin (ops.apply_rope + ops.attention).
+
+  python dev/cuda/attn_micro.py [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+import cupy as cp  # noqa: E402
+
+from vla_edge_ros.cuda.kernels import Kernels, kernel_dir  # noqa: E402
+from vla_edge_ros.cuda.launch import attention  # noqa: E402
+from vla_edge_ros.model import ops  # noqa: E402
+
+NKV, GROUP, D, CAP, L, SMS = 2, 6, 128, 4096, 28, 132
+NH = NKV * GROUP
+_KEEP = []
+
+
+def graph_ms(stream, enqueue, reps=20):
+    stream.begin_capture()
+    enqueue()
+    g = stream.end_capture()
+    _KEEP.append(g)
+    for _ in range(3):
+        g.launch(stream)
+    stream.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+        g.launch(stream)
+        e1.record(stream)
+        e1.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(e0, e1))
+    return float(np.median(ts))
+
+
+def bf16(rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    return (x.view(np.uint32) >> 16).astype(np.uint16)  # truncation is fine for random data
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp()
+    shutil.copy(os.path.join(kernel_dir(), "common.cuh"), tmp)
+    shutil.copy(os.path.join(ROOT, "dev", "cuda", "attention_v4.cu"), os.path.join(tmp, "attention.cu"))
+    variants = {"v4 (previous)": Kernels(tmp), "new": Kernels()}
+    _KEEP.extend(variants.values())
+    rng = np.random.default_rng(0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    res = {}
+    with stream:
+        kcs = [cp.asarray(bf16(rng, (NKV, CAP, D))) for _ in range(L)]
+        vcs = [cp.asarray(bf16(rng, (NKV, CAP, D))) for _ in range(L)]
+        cos, sin = ops.rope_cos_sin(np.arange(CAP), D, 1e6)
+        cos_d, sin_d = cp.asarray(cos), cp.asarray(sin)
+        order = rng.permutation(CAP).astype(np.int32)
+        order_d = cp.asarray(order)
+        # (label, T, bidir_from, nsplit): the 32-row prefill, the 40-row parallel pass, a decode pass's attention
+        shapes = []
+        for T, bidir in ((32, 32), (40, 32)):
+            nrg = math.ceil(T * GROUP / 64)
+            shapes.append((f"prefill T{T}", T, bidir, max(1, min(64, round(2 * SMS / (NKV * nrg))))))
+        shapes.append(("decode T1", 1, 1, 128))
+        for label, T, bidir, nsplit in shapes:
+            n_prefix = CAP - T if T > 1 else CAP - 1
+            n = n_prefix + T
+            nrg = math.ceil(T * GROUP / 64)
+            part_o = cp.zeros(max(NKV * nrg * nsplit, NKV * 128) * 64 * D, cp.float32)
+            part_ml = cp.zeros(max(NKV * nrg * nsplit, NKV * 128) * 64 * 2, cp.float32)
+            params = cp.asarray(np.array([n_prefix, -1, 0, 0], np.int32))
+            q = rng.standard_normal((T, NH * D)).astype(np.float32)
+            qd = cp.asarray(q)
+            out = cp.zeros((T, NH * D), cp.float32)
+            outb = cp.zeros((T, NH * D), cp.uint16)
+            # the twin, layer 0
+            kf = (kcs[0].get().astype(np.uint32) << 16).view(np.float32)[:, order[:n], :]
+            vf = (vcs[0].get().astype(np.uint32) << 16).view(np.float32)[:, order[:n], :]
+            pos = np.arange(n)
+            krot = ops.apply_rope(kf.transpose(1, 0, 2), cos[pos], sin[pos]).transpose(1, 0, 2)
+            qp = np.arange(n_prefix, n)
+            qrot = ops.apply_rope(q.reshape(T, NH, D), cos[qp], sin[qp])
+            limit = qp.copy()
+            limit[bidir:] = n - 1
+            ref = ops.attention(qrot, krot, vf, pos[None, :] <= limit[:, None]).reshape(T, NH * D)
+            for vname, k in variants.items():
+                def layers(only=None, k=k):
+                    def run(name, grid, block, args, shared_mem=0, dependent=True):
+                        if only is None or name == only:
+                            getattr(k, name)(tuple(grid), tuple(block), tuple(args), stream=stream)
+                    for li in range(L):
+                        attention(k, qd, NH * D, kcs[li], vcs[li], order_d, params, 0, T, NKV, GROUP, CAP, cos_d, sin_d,
+                                  bidir, nsplit, part_o, part_ml, out, outb, run=run)
+                out.fill(np.nan)
+                layers()
+                stream.synchronize()
+                # layers() leaves layer 27's result; check layer 0 alone
+                attention(k, qd, NH * D, kcs[0], vcs[0], order_d, params, 0, T, NKV, GROUP, CAP, cos_d, sin_d, bidir,
+                          nsplit, part_o, part_ml, out, outb)
+                stream.synchronize()
+                o = out.get()
+                err = float(np.linalg.norm(o - ref) / np.linalg.norm(ref))
+                r = {"nsplit": nsplit, "rel_err": err,
+                     "both_us": graph_ms(stream, layers) * 1000 / L,
+                     "partial_us": graph_ms(stream, lambda: layers("attn_partial")) * 1000 / L,
+                     "combine_us": graph_ms(stream, lambda: layers("attn_combine")) * 1000 / L}
+                res[f"{label} | {vname}"] = r
+                print(f"{label:12s} {vname:14s} nsplit {nsplit:3d} rel_err {err:.2e}  partial+combine "
+                      f"{r['both_us']:6.2f} us  partial {r['partial_us']:6.2f}  combine {r['combine_us']:6.2f} "
+                      "(a layer)", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
