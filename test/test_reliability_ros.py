@@ -168,11 +168,14 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
         flood = Proc(["-c", FLOOD, "240", str(seconds)], ros_env(domain, shm), tmp_path / "flood.log")
         procs.append(flood)
         lst.wait_for(lambda: any(v["reason"] == "fresh" for _, v, _ in lst.cycles), 30, "model actions on the flood")
-        d0 = lst.last_diag()
+        lst.wait_for(lambda: "frames_received" in lst.diags[-1][1], 10, "camera counters in /diagnostics")
+        with lst.lock:
+            td0, d0 = lst.diags[-1]
         t0 = time.monotonic()
         time.sleep(5.0)
         t1 = time.monotonic()
-        d1 = lst.last_diag()
+        with lst.lock:
+            td1, d1 = lst.diags[-1]
         assert node.alive(), node.output()[-3000:]
         acts = lst.actions_between(t0, t1)
         assert rate_ok(len(acts) / (t1 - t0)), f"{len(acts) / (t1 - t0):.1f} Hz under the flood"
@@ -183,8 +186,17 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
         assert late / len(cyc) <= 0.05, f"{late} of {len(cyc)} cycles late under the flood: {r}"
         cms = np.array([float(v["cycle_ms"]) for _, v, _ in cyc])
         assert float(np.percentile(cms, 99)) <= plumbing_period_ms() + 3.0
+        # the reported rate is what the camera process really received (counted), whatever this host manages of
+        # the 240 Hz flood (164 Hz measured under slow_host.sh -f 3), and that is far more than the cycle rate
         cam_rate = float(d1["camera_rate_hz"])
-        assert 190.0 <= cam_rate <= 260.0, f"camera rate {cam_rate} Hz reported, flood at 240"
+        received = (int(d1["frames_received"]) - int(d0["frames_received"])) / (td1 - td0)
+        assert received >= 2.0 * plumbing_rate(), f"{received:.0f} Hz received: no flood on this host"
+        # the reported rate covers the last 2 s (camera_node.RATE_WINDOW_S): compare with the count over them
+        with lst.lock:
+            tdw, dw = min((d for d in lst.diags if "frames_received" in d[1]), key=lambda d: abs(td1 - 2.0 - d[0]))
+        recent = (int(d1["frames_received"]) - int(dw["frames_received"])) / (td1 - tdw)
+        assert 0.75 * recent <= cam_rate <= min(260.0, 1.25 * recent), \
+            f"camera rate {cam_rate} Hz reported, {recent:.1f} Hz received in the last {td1 - tdw:.1f} s"
         dropped = int(d1["frames_dropped"]) - int(d0.get("frames_dropped", 0))
         published = int(d1["frames_published"]) - int(d0.get("frames_published", 0))
         # ~240 frames a second in, at most ~30 a second read: the rest are overwritten, and counted
