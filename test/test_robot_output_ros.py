@@ -158,7 +158,7 @@ def test_twist_output_with_limits_and_a_qos_override(domain, tmp_path, procs, mi
             assert all(abs(c) <= lim + 1e-12 for c, lim in zip(comps(m), limits)), comps(m)
         assert any(abs(c) == lim for _, _, m in acts for c, lim in zip(comps(m), limits))
         assert any(int(v["clamped"]) > 0 for _, v, _ in lst.cycles_between(t, time.monotonic()))
-        lst.wait_for(lambda: int(lst.diags[-1][1].get("clamped_velocity", 0)) > 0, 5, "clamped_velocity")
+        lst.wait_for(lambda: lst.diags and int(lst.diags[-1][1].get("clamped_velocity", 0)) > 0, 5, "clamped_velocity")
         info = lst.node.get_publishers_info_by_topic("/vla_edge/action")
         assert info and info[0].qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT, info
     finally:
@@ -221,7 +221,8 @@ def test_stamps_sim_time_and_run_time_parameters(domain, tmp_path, procs, micro_
                 if max(abs(a - b) for a, b in zip(c1, c0)) > 0.5 * (t1 - t0) + 1e-5]
         assert len(sent) > 10 and not over, over[:3]
         assert any(max(abs(x) for x in c) > 0.5 * 0.05 for c, _ in sent)  # the commands did move
-        lst.wait_for(lambda: int(lst.diags[-1][1].get("clamped_acceleration", 0)) > 0, 5, "clamped_acceleration")
+        lst.wait_for(lambda: lst.diags and int(lst.diags[-1][1].get("clamped_acceleration", 0)) > 0, 5,
+                     "clamped_acceleration")
         assert set_params(lst, name, velocity_limits=[0.1, math.nan, 0, 0, 0, 0])[0][0] is False
     finally:
         lst.close()
