@@ -648,16 +648,20 @@ def _thread_names(pid: int) -> list[str]:
     return names
 
 
-def test_the_control_process_has_no_shared_memory_transport(domain, tmp_path, procs, micro_model):
+@pytest.mark.parametrize("discovery", ["subnet", "localhost"])
+def test_the_control_process_has_no_shared_memory_transport(domain, tmp_path, procs, micro_model, discovery):
     """Fast DDS's shared-memory transport makes a publish wait while another participant joins (its port is
-    opened under a lock every send needs; BENCHMARKS.md, the discovery stall). With the default discovery range
-    the reasoning process runs UDPv4 only (no `dds.shm.*` threads), its camera process keeps shared memory
-    (large frames from a local driver), and actions still reach a listener in another process."""
-    node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, extra_env=ROBOT_DISCOVERY)
+    opened under a lock every send needs; BENCHMARKS.md, the discovery stall). With the default discovery range,
+    and with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (where rmw_fastrtps adds shared memory itself: the bringup
+    runs a UDP-only localhost profile instead), the reasoning process runs UDPv4 only (no `dds.shm.*` threads),
+    its camera process keeps shared memory (large frames from a local driver), and actions still reach a listener
+    in another process."""
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {},
+                          extra_env=ROBOT_DISCOVERY if discovery == "subnet" else None)
     lst = Listener(domain)
     try:
         lst.wait_for(lambda: len(lst.cycles) >= 10 and lst.diags and "camera_process_pid" in lst.diags[-1][1], 60,
-                     "~/cycle and /diagnostics from a SUBNET node")
+                     f"~/cycle and /diagnostics from a {discovery} node")
         cam_pid = int(lst.last_diag()["camera_process_pid"])
     finally:
         lst.close()

@@ -144,9 +144,15 @@ def udp_only_transport() -> tuple[dict, str]:
         return child_env, f"DDS transports as configured ({', '.join(user)})"
     camera = f"the profile {camera_profile}" if PROFILE_VARS[0] in child_env else "defaults"
     if os.environ.get(RANGE_VAR, "").upper() == "LOCALHOST":
+        try:
+            profile = _udp_localhost_profile()
+        except OSError as e:  # no writable cache folder: rmw_fastrtps's LOCALHOST transports, said in the log
+            return child_env, (f"DDS transports: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST with shared memory in this "
+                               f"process too (the UDP-only profile could not be written: {e.strerror or e}); a "
+                               f"participant joining the domain can then hold a publish for up to ~0.3 s")
         child_env[RANGE_VAR] = os.environ[RANGE_VAR]
         child_env.setdefault(PROFILE_VARS[0], None)
-        os.environ[PROFILE_VARS[0]] = _udp_localhost_profile()
+        os.environ[PROFILE_VARS[0]] = profile
         os.environ[RANGE_VAR] = "SUBNET"
         return child_env, (f"DDS transports: UDPv4 in this process, localhost discovery (no shared memory: no "
                            f"discovery stall), {camera} in the camera process")
