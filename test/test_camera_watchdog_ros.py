@@ -133,12 +133,16 @@ def test_a_matched_publisher_that_stops_sending_gets_the_camera_restarted(domain
                  and s["valid"] >= v0 + 5, 120, "frames in the new camera process", send)
         pid = s["process_pid"]
 
-        # no publisher at all: silence is not a fault of the camera process
+        # no publisher at all: silence is not a fault of the camera process. (Until the child has seen the
+        # publisher go, which takes seconds on a slow host, it still counts as matched and silent: a restart then
+        # is right, so the count starts once it is unmatched.)
         t.node.destroy_publisher(pub)
-        wait(cam, lambda s: s["publishers_matched"] == 0, 30, "the publisher unmatched")
+        s = wait(cam, lambda s: s["publishers_matched"] == 0 and s["process_state"] == "running", 30,
+                 "the publisher unmatched")
+        n0, pid = s["restarts_no_frames"], s["process_pid"]
         poll_for(cam, 3 * limit)
         s = cam.stats()
-        assert s["restarts_no_frames"] == 1 and s["process_restarts"] == 1 and s["process_pid"] == pid, s
+        assert s["restarts_no_frames"] == n0 and s["process_restarts"] == n0 and s["process_pid"] == pid, s
     finally:
         t.close()
 

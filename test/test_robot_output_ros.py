@@ -212,14 +212,14 @@ def test_stamps_sim_time_and_run_time_parameters(domain, tmp_path, procs, micro_
         assert set_params(lst, name, max_frame_age_ms=300) == [(True, "")]
         assert set_params(lst, name, acceleration_limits=[0.5] * 6, twist_scale=[50.0] * 6) == [(True, "")] * 2
         t = time.monotonic()
-        time.sleep(1.0)
+        time.sleep(2.0)
         sent = [([float(x) for x in v["twist"].split(",")], float(v["t_command_monotonic"]))
                 for _, v, _ in lst.cycles_between(t, time.monotonic())]
         # each command moved at most 0.5 m/s^2 x the time since the previous one (the times the node applied the
         # limits at, from ~/cycle; 1e-5 for the 6 printed decimals)
         over = [(max(abs(a - b) for a, b in zip(c1, c0)), t1 - t0) for (c0, t0), (c1, t1) in zip(sent, sent[1:])
                 if max(abs(a - b) for a, b in zip(c1, c0)) > 0.5 * (t1 - t0) + 1e-5]
-        assert len(sent) > 10 and not over, over[:3]
+        assert len(sent) >= 10 and not over, over[:3]  # ~2 s of cycles at the plumbing period
         assert any(max(abs(x) for x in c) > 0.5 * 0.05 for c, _ in sent)  # the commands did move
         lst.wait_for(lambda: lst.diags and int(lst.diags[-1][1].get("clamped_acceleration", 0)) > 0, 5,
                      "clamped_acceleration")
