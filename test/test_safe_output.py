@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -82,6 +83,9 @@ def test_a_frame_that_overflows_is_a_non_finite_fallback(overflow):
     cyc = ReasoningCycle(eng, fb, adm, period_ms=10_000.0, safety_margin_ms=1.0, fallback="hold")
     try:
         for i in range(3):
+            t_end = time.monotonic() + 10.0  # the worker clears `busy` just after the waiting thread wakes
+            while eng.busy and time.monotonic() < t_end:
+                time.sleep(0.01)
             fb.publish(np.full((64, 128, 3), 10 * i, np.uint8), stamp_ns=i)
             out = cyc.tick()
             assert (out.source, out.reason) == ("fallback", "non_finite"), (out.reason, out.error)
