@@ -21,7 +21,7 @@ from vla_edge_ros.image_convert import (
     rgb_to_image_fields,
     to_model_frame,
 )
-from vla_edge_ros.nodes.debug_image import render_debug
+from vla_edge_ros.nodes.debug_image import DEBUG_SCALE, render_debug
 
 
 def raw_msg(arr: np.ndarray, encoding: str, step: int | None = None, bigendian: bool = False, pad: int = 0):
@@ -177,8 +177,9 @@ def test_render_debug_shape():
     frame = gradient(FRAME_H, FRAME_W)
     img = render_debug(frame, [frame[::2, ::2]] * 20, np.linspace(-1, 1, 8), -1.0, 1.0, "model:fresh",
                        ["a"] * 8)
-    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[1] == FRAME_W * 4
-    assert render_debug(None, [], np.zeros(8), -1.0, 1.0).shape[1] == FRAME_W * 4
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[1] == FRAME_W * DEBUG_SCALE
+    assert render_debug(None, [], np.zeros(8), -1.0, 1.0).shape[1] == FRAME_W * DEBUG_SCALE
+    assert img.nbytes <= 3 * 64 * 1024  # at most 3 UDP fragments: it goes out best effort
 
 
 # --- property tests ------------------------------------------------------------------------------

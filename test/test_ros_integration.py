@@ -94,7 +94,7 @@ def test_raw_bag_camera_stop_and_resume(domain, tmp_path, procs, micro_model):
         # best effort, ~0.4 MB a message over UDP: on a slow host the first complete one can take a while
         lst.wait_for(lambda: len(lst.debug) > 0, 30, "~/debug_image while subscribed")
         lst.node.destroy_subscription(dbg)
-        assert lst.debug[-1].encoding == "rgb8" and lst.debug[-1].width == 512
+        assert lst.debug[-1].encoding == "rgb8" and lst.debug[-1].width == 256
 
         # the camera stops (SIGSTOP freezes the replay process)
         replay.signal(signal.SIGSTOP)

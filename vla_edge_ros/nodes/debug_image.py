@@ -10,8 +10,14 @@ import numpy as np
 from ..constants import FRAME_H, FRAME_W
 
 
+# 256 x 224 pixels, ~170 KB a message: the reasoning process sends it over UDP (no shared memory, nodes/bringup.py),
+# best effort, and a sample is lost with any of its 64 KB fragments; at scale 4 (~540 KB, 9 fragments) none got
+# through in 30 s to a subscriber on a ~3x slower host.
+DEBUG_SCALE = 2
+
+
 def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: np.ndarray, low: float, high: float,
-                 label: str = "", names: list[str] | None = None, scale: int = 4) -> np.ndarray:
+                 label: str = "", names: list[str] | None = None, scale: int = DEBUG_SCALE) -> np.ndarray:
     """The ~/debug_image picture (RGB uint8): the frame (x scale), the retained-frame strip, the action bar.
 
     ``retained`` are small thumbnails (oldest -> newest) of the frames the KV cache keeps; the newest
@@ -43,7 +49,9 @@ def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: n
         color = (60, 200, 80) if h >= 0 else (220, 60, 60)
         cv2.rectangle(bar, (x0, mid - max(h, 0)), (x1, mid - min(h, 0)), color, -1)
         if names and i < len(names):
-            cv2.putText(bar, str(names[i])[:9], (x0, bar_h - 2), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
+            chars = max(1, (x1 - x0) // 5)  # ~5 px a character at this font size
+            cv2.putText(bar, str(names[i])[:chars], (x0, bar_h - 2), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200),
+                        1)
         cv2.putText(bar, f"{v:+.2f}", (x0, 9), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (200, 200, 200), 1)
     if label:
         cv2.putText(top, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 0), 1)
