@@ -21,8 +21,9 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     x = x.astype(np.float32, copy=False)
     with np.errstate(over="ignore"):
         ms = np.mean(x * x, axis=-1, keepdims=True)
-    inv = np.where(np.isfinite(ms), 1.0 / np.sqrt(np.where(np.isfinite(ms), ms, 0.0) + eps), np.float32(np.nan))
-    return x * inv.astype(np.float32) * w
+    ok = np.isfinite(ms)
+    inv = np.where(ok, 1.0 / np.sqrt(np.where(ok, ms, 0.0) + eps), np.nan).astype(np.float32)
+    return x * inv * w
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:

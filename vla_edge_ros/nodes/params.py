@@ -46,6 +46,21 @@ def _descriptor(s: Spec):
     return d
 
 
+def widen_integer(s: Spec | None, p):
+    """``p`` (an rclpy Parameter) as a double (array) when ``s`` is a float (array) setting and ``p`` holds integers:
+    a YAML ``33`` or ``ros2 param set ... period_ms 40`` for a double parameter is taken as that double."""
+    from rclpy.parameter import Parameter
+
+    if s is None:
+        return p
+    if isinstance(s.default, float) and p.type_ == Parameter.Type.INTEGER:
+        return Parameter(p.name, Parameter.Type.DOUBLE, float(p.value))
+    if isinstance(s.default, list) and s.default and isinstance(s.default[0], float) \
+            and p.type_ == Parameter.Type.INTEGER_ARRAY:
+        return Parameter(p.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in p.value])
+    return p
+
+
 def declare_and_read(node, specs) -> dict[str, Any]:
     """Declare every parameter of ``specs`` on ``node`` and return their values.
 
@@ -53,7 +68,6 @@ def declare_and_read(node, specs) -> dict[str, Any]:
     problem becomes a ParamError naming the parameter.
     """
     from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
-    from rclpy.parameter import Parameter
 
     values = {}
     problems = []
@@ -61,13 +75,8 @@ def declare_and_read(node, specs) -> dict[str, Any]:
         desc = _descriptor(s)
         override = node._parameter_overrides.get(s.name) if hasattr(node, "_parameter_overrides") else None
         default = s.default
-        if override is not None and isinstance(s.default, float) and override.type_ == Parameter.Type.INTEGER:
-            # a YAML '33' for a double parameter: accept it as 33.0 instead of failing start-up
-            node._parameter_overrides[s.name] = Parameter(s.name, Parameter.Type.DOUBLE, float(override.value))
-        if override is not None and isinstance(s.default, list) and s.default and isinstance(s.default[0], float) \
-                and override.type_ == Parameter.Type.INTEGER_ARRAY:
-            node._parameter_overrides[s.name] = Parameter(
-                s.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in override.value])
+        if override is not None:  # a YAML '33' for a double parameter: 33.0 instead of a failed start-up
+            node._parameter_overrides[s.name] = widen_integer(s, override)
         try:
             p = node.declare_parameter(s.name, default, desc)
             val = p.value
@@ -108,21 +117,11 @@ def enable_runtime_updates(node, specs, values: dict[str, Any], apply=None, conf
     Register this after the parameters are declared (rclpy calls these callbacks on declaration too).
     """
     from rcl_interfaces.msg import SetParametersResult
-    from rclpy.parameter import Parameter
 
     table = {s.name: s for s in specs}
 
     def widen_integers(params):
-        out = []
-        for p in params:
-            s = table.get(p.name)
-            if s is not None and isinstance(s.default, float) and p.type_ == Parameter.Type.INTEGER:
-                p = Parameter(p.name, Parameter.Type.DOUBLE, float(p.value))
-            elif s is not None and isinstance(s.default, list) and s.default and isinstance(s.default[0], float) \
-                    and p.type_ == Parameter.Type.INTEGER_ARRAY:
-                p = Parameter(p.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in p.value])
-            out.append(p)
-        return out
+        return [widen_integer(table.get(p.name), p) for p in params]
 
     def ours(params) -> dict:
         return {p.name: _plain(p.value) for p in params if p.name in table}
