@@ -160,7 +160,7 @@ __device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W,
     }
 }
 
-// Decode GEMVs (gemv.cu, gemv_w4.cu): lane l of a warp holds x[8c .. 8c+7] for c = l + 32u (u < KV).
+// Decode GEMVs (gemv.cu): lane l of a warp holds x[8c .. 8c+7] for c = l + 32u (u < KV).
 // Loads x and ln (after PDL_WAIT; both L2 hits) and leaves xr = x * ln; returns inv = rsqrt(mean(x^2) + eps), which
 // the caller applies to each finished dot product: rms_norm(x) . w = inv * ((x * ln) . w). ln is consumed chunk by
 // chunk, so it never occupies registers next to the weights in flight. The warp holds all K = 256*KV values of x.
@@ -186,7 +186,7 @@ __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, c
 }
 
 
-// --- 4-bit weights (gemv_w4.cu, gemm.cu) -------------------------------------------------------------------------
+// --- 4-bit weights (gemv.cu, gemm.cu) ----- -------------------------------------------------------------------------
 // A group's scale from its scale|zero word: the low 16 bits are fp16, or bf16 when sbf != 0.
 __device__ __forceinline__ float w4_scale(unsigned sz, int sbf) {
     const unsigned b = sz & 0xffffu;

@@ -5,7 +5,7 @@
 //   act[T, N/2] = silu(X . Wg^T) * (X . Wu^T) (mode 2: gate/up + SwiGLU fused; W = [gate rows; up rows], no split)
 // T = 32 rows (gemm_<fmt>_t32) or 48 (gemm_<fmt>_t48: 32 vision tokens + 8 parallel action queries + zero rows).
 // X bf16 (normalised activations); W bf16 [N, K] (HF [out, in]) or 4-bit (Q uint32 [N, K/8] nibbles, SZ uint32
-// [N, K/128] scale bits | zero << 16, as gemv_w4.cu); fp32 accumulation with mma.sync m16n8k16.
+// [N, K/128] scale bits | zero << 16, as gemv.cu); fp32 accumulation with mma.sync m16n8k16.
 // Twins: ops.linear (on QuantTensor.dequantize() for 4-bit), ops.silu_mul for mode 2.
 //
 // Structure (W4A16 in the Marlin manner: the weights are dequantized inside a pipelined tensor-core loop):

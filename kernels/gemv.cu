@@ -1,53 +1,149 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
-// Decode GEMVs (one token): bf16 weights [N, K] (HF [out, in]), fp32 activations, fp32 accumulation.
-// Built for the fixed cost of small, latency-bound launches inside one CUDA graph:
-//  - x lives in registers: lane l of a warp needs only x[8c .. 8c+7] for its 16-byte weight chunks
-//    c = l + 32u (u < KV), so it loads those 8*KV floats once (from L2) and reuses them for every row;
-//    no shared memory, no __syncthreads.
+// Decode GEMVs (one token): weights [N, K] (HF [out, in]) in bf16 or 4-bit (W4A16), fp32 activations, fp32
+// accumulation. One body per op (q/k/v, gate/up, o/down projection); the weight format is a policy (Bf16W, Q4W):
+// how a lane loads its part of a row and how it dots it with x. Built for the fixed cost of small, latency-bound
+// launches inside one CUDA graph:
+//  - x lives in registers: lane l of a warp needs only x[8c .. 8c+7] for its chunks c = l + 32u (u < KV) of a row
+//    (16 bytes of bf16 or 4 bytes of 4-bit weights each), so it loads those 8*KV floats once (from L2) and reuses
+//    them for every row; no shared memory, no __syncthreads.
 //  - the RMSNorm factor is computed per warp (the warp holds all of x when K = 256*KV): no block prologue.
-//  - the weights of the warp's first RB rows are loaded into registers BEFORE PDL_WAIT (they do not depend
-//    on the previous kernel), so with Programmatic Dependent Launch the HBM latency of the first loads
-//    overlaps the tail of the previous kernel; the next batch is loaded before the reductions of this one.
-//  - a fixed grid (host: SMs x resident blocks per SM from the occupancy API) and warps that loop over rows:
-//    no partial last wave. gate/up is bounded to 1 block/SM (x + 2 rows in flight need ~150 registers).
-//  - split-K for long rows (down projection, K = 8960): warp w takes K segment w % S of rows w / S + j*G,
-//    partial dot products are added into y with atomics (the residual add is fused).
-// Kernel names: g4_{qkv,gateup,proj}_<KV>x<RB>, KV = 16-byte chunks per lane per segment (segment =
-// 256*KV elements), RB = rows (gate/up: row pairs) in flight per warp. q/k/v and gate/up take the whole row in
-// one segment (the norm needs all of x), so hidden sizes up to 256*8 = 2048 are supported; the backend refuses
-// larger ones at start-up. Twins: ops.rms_norm, ops.linear (+ bias, + residual), ops.silu_mul; the q/k/v kernel
-// also writes k/v (bf16) into the token's slot of the cache.
+//  - the weights of the warp's first RB rows are loaded into registers BEFORE PDL_WAIT (they do not depend on the
+//    previous kernel), so with Programmatic Dependent Launch the HBM latency of the first loads overlaps the tail of
+//    the previous kernel; the next batch is loaded before the reductions of this one.
+//  - a fixed grid (host: SMs x resident blocks per SM from the occupancy API) and warps that loop over rows: no
+//    partial last wave.
+//  - split-K for long rows (o / down projections): warp w takes K segment w % S of rows w / S + j*G, partial dot
+//    products are added into y with atomics (the residual add is fused).
+// 4-bit layout (model/quant.py QuantTensor, as cuda/backend.w4_device_arrays uploads it):
+//   Q  uint32 [N, K/8]   nibble k (bits 4k..4k+3) of word j = element 8j+k, unsigned 0..15;
+//   SZ uint32 [N, K/128] bits 0..15 = the group's scale (fp16, or bf16 when sbf != 0), bits 16..19 = its zero z;
+// w = (q - z) * s. Per word: s * (sum_k (16 + q_k) x_k - (16 + z) sum_k x_k), q and z small integers (3 ops an
+// element). With a quarter of the bytes a row, 4-bit warps keep more rows in flight (RB) for the same bytes.
+// Kernel names: gemv_{bf16,w4}_{qkv,gateup,proj}_<KV>, KV = chunks a lane holds per K segment (segment = 256*KV
+// elements). q/k/v and gate/up take the whole row in one segment (the norm needs all of x), so hidden sizes up to
+// 256*8 = 2048 are supported; the backend refuses larger ones at start-up. Twins: ops.rms_norm, ops.linear (+ bias,
+// + residual) on the weights (QuantTensor.dequantize() for 4-bit), ops.silu_mul; the q/k/v kernel also writes k/v
+// (bf16) into the token's slot of the cache.
 #include "common.cuh"
 
-#define G4_THREADS 256
-#define G4_WARPS (G4_THREADS / 32)
+#define GV_THREADS 256
+#define GV_WARPS (GV_THREADS / 32)
 
-template <int KV>
-__device__ __forceinline__ void g4_load_row(const bf16_t* __restrict__ row, int lane, uint4 (&w)[KV]) {
-    const uint4* p = (const uint4*)row + lane;
-#pragma unroll
-    for (int u = 0; u < KV; ++u) w[u] = ldg_stream(p + 32 * u);
+// rows (gate/up: row pairs) a warp takes per iteration, per format and op; pipeline stages per format
+#ifndef GV_RB_W4_QKV
+#define GV_RB_W4_QKV 1
+#endif
+#ifndef GV_RB_W4_PAIRS
+#define GV_RB_W4_PAIRS 1
+#endif
+#ifndef GV_RB_W4_PROJ
+#define GV_RB_W4_PROJ 2
+#endif
+#ifndef GV_NS_BF16
+#define GV_NS_BF16 3
+#endif
+#ifndef GV_NS_W4
+#define GV_NS_W4 4
+#endif
+#ifndef GV_MINB_BF16_GATEUP
+#define GV_MINB_BF16_GATEUP 1  // 3 stages of 2 rows of K = 1536 in bf16 take 147 KB of shared memory a block
+#endif
+
+// ---- cp.async: weights go global -> the warp's own shared-memory ring without registers -----------------------------
+__device__ __forceinline__ unsigned gv_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void gv_cp4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(gv_smem_addr(dst)), "l"(src) : "memory");
 }
+__device__ __forceinline__ void gv_cp16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(gv_smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void gv_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gv_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// rows n + r*stride (r < RB) of W (row length K elements, segment offset `off` elements); zeros past N
-template <int KV, int RB>
-__device__ __forceinline__ void g4_load_rows(const bf16_t* __restrict__ W, int K, int off, int n, int stride, int N,
-                                             int lane, uint4 (&w)[RB][KV]) {
+// ---- the weight formats: a row segment of 256*KV elements in a warp's ring slot --------------------------------------
+// issue: lane's copies of row m, elements off .. off + 256*KV, into `slot`; dot: that slot . x (lane's part).
+struct Bf16W {
+    const bf16_t* W;
+    static constexpr int NS = GV_NS_BF16, RB_QKV = 1, RB_PAIRS = 1, RB_PROJ = 1;
+    // slot: uint4 [KV][32]: lane l's 16-byte chunk l + 32u at [u][l]
+    template <int KV>
+    static constexpr int row_bytes() { return 512 * KV; }
+
+    __device__ __forceinline__ Bf16W rows_from(int m0, int K) const { return {W + (size_t)m0 * K}; }
+
+    template <int KV>
+    __device__ __forceinline__ void issue(int K, int off, int m, unsigned char* slot, int lane) const {
+        const uint4* p = (const uint4*)(W + (size_t)m * K + off) + lane;
+        uint4* s = (uint4*)slot + lane;
 #pragma unroll
-    for (int r = 0; r < RB; ++r) {
-        const int m = n + r * stride;
-        if (m < N) {
-            g4_load_row<KV>(W + (size_t)m * K + off, lane, w[r]);
-        } else {
-#pragma unroll
-            for (int u = 0; u < KV; ++u) w[r][u] = make_uint4(0, 0, 0, 0);
-        }
+        for (int u = 0; u < KV; ++u) gv_cp16(s + 32 * u, p + 32 * u);
     }
+
+    template <int KV>
+    __device__ __forceinline__ float dot(const unsigned char* slot, int lane, const float (&xr)[KV][8],
+                                         const float (&)[KV]) const {
+        const uint4* s = (const uint4*)slot + lane;
+        float acc = 0.f;
+#pragma unroll
+        for (int u = 0; u < KV; ++u) acc += dot8(s[32 * u], xr[u]);
+        return acc;
+    }
+};
+
+// 16 + nibble k of w, as a float, in two integer ops: the nibble placed at bits 19..22 is the mantissa of a float
+// in [16, 32) (ulp 2^-19), so 0x41800000 | (n << 19) = 16 + n exactly.
+__device__ __forceinline__ float w4_nib16(unsigned w, int k) {
+    const unsigned t = (4 * k <= 19) ? (w << (19 - 4 * k)) : (w >> (4 * k - 19));
+    return __uint_as_float(0x41800000u | (t & 0x00780000u));
 }
 
+struct Q4W {
+    const unsigned* Q;
+    const unsigned* SZ;
+    int sbf;
+    static constexpr int NS = GV_NS_W4, RB_QKV = GV_RB_W4_QKV, RB_PAIRS = GV_RB_W4_PAIRS, RB_PROJ = GV_RB_W4_PROJ;
+    // slot: unsigned [KV][32] words (lane l's word l + 32u at [u][l]), then the segment's 2*KV scale|zero words
+    template <int KV>
+    static constexpr int row_bytes() { return 4 * (32 * KV + 2 * KV); }
+
+    __device__ __forceinline__ Q4W rows_from(int m0, int K) const {
+        return {Q + (size_t)m0 * (K / 8), SZ + (size_t)m0 * (K / 128), sbf};
+    }
+
+    template <int KV>
+    __device__ __forceinline__ void issue(int K, int off, int m, unsigned char* slot, int lane) const {
+        const unsigned* q = Q + (size_t)m * (K / 8) + off / 8 + lane;
+        unsigned* s = (unsigned*)slot;
+#pragma unroll
+        for (int u = 0; u < KV; ++u) gv_cp4(s + lane + 32 * u, q + 32 * u);
+        if (lane < 2 * KV) gv_cp4(s + 32 * KV + lane, SZ + (size_t)m * (K / 128) + off / 128 + lane);
+    }
+
+    template <int KV>
+    __device__ __forceinline__ float dot(const unsigned char* slot, int lane, const float (&xr)[KV][8],
+                                         const float (&xs)[KV]) const {
+        const unsigned* s = (const unsigned*)slot;
+        float acc = 0.f;
+#pragma unroll
+        for (int u = 0; u < KV; ++u) {
+            const unsigned w = s[lane + 32 * u], sz = s[32 * KV + 2 * u + (lane >> 4)];  // word 8(l+32u)/128
+            // sum (16 + q_k) x_k - (16 + z) sum x_k = sum (q_k - z) x_k; the offset 16 costs ~5x float rounding at
+            // most (|16 + q| <= 31 against |q - z| of a few), far inside the GEMV's fp32 error
+            float d = 0.f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) d = fmaf(w4_nib16(w, k), xr[u][k], d);
+            const float z16 = (float)(16u + ((sz >> 16) & 15u));
+            acc = fmaf(w4_scale(sz, sbf), fmaf(-z16, xs[u], d), acc);
+        }
+        return acc;
+    }
+};
+
+// ---- x in registers -----------------------------------------------------------------------------------------------
 template <int KV>
-__device__ __forceinline__ void g4_load_x(const float* __restrict__ x, int lane, float (&xr)[KV][8]) {
+__device__ __forceinline__ void gv_load_x(const float* __restrict__ x, int lane, float (&xr)[KV][8]) {
 #pragma unroll
     for (int u = 0; u < KV; ++u) {
         const float4* p = (const float4*)(x + 8 * (lane + 32 * u));
@@ -57,51 +153,89 @@ __device__ __forceinline__ void g4_load_x(const float* __restrict__ x, int lane,
     }
 }
 
+// per chunk: the sum of its 8 x values (the 4-bit zero-point term; unused by bf16)
 template <int KV>
-__device__ __forceinline__ float g4_dot(const uint4 (&w)[KV], const float (&xr)[KV][8]) {
-    float s = 0.f;
+__device__ __forceinline__ void gv_xsum(const float (&xr)[KV][8], float (&xs)[KV]) {
 #pragma unroll
-    for (int u = 0; u < KV; ++u) s += dot8(w[u], xr[u]);
-    return s;
+    for (int u = 0; u < KV; ++u) {
+        float t = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) t += xr[u][k];
+        xs[u] = t;
+    }
+}
+
+// ---- the three ops ------------------------------------------------------------------------------------------------
+// Each warp walks its rows in iterations of RB rows (gate/up: RB row pairs) and owns a ring of F::NS slots of one
+// iteration each in shared memory: the first NS - 1 iterations are issued before PDL_WAIT, then every iteration
+// issues the one NS - 1 ahead before computing its own, so (NS - 1) * RB rows are in flight per warp without holding
+// registers. A lane reads only what it copied itself, except the 4-bit scale words (2*KV lanes copy them):
+// cp.async.wait_group + __syncwarp before each iteration's reads. Every iteration commits a group (empty past
+// the warp's last row) so that wait_group<NS-2> always means "this iteration's copies have landed".
+template <class F, int KV, int ROWS>
+struct GvRing {
+    static constexpr int kSlot = ROWS * F::template row_bytes<KV>();  // one iteration
+    unsigned char* base;
+    __device__ __forceinline__ unsigned char* slot(int it) const { return base + (it % F::NS) * kSlot; }
+    __device__ __forceinline__ unsigned char* row(int it, int r) const {
+        return slot(it) + r * F::template row_bytes<KV>();
+    }
+};
+
+// dynamic shared memory of a block: GV_WARPS rings (cuda/launch.py gemv_smem_bytes says the same)
+template <class F, int KV, int ROWS>
+__device__ __forceinline__ GvRing<F, KV, ROWS> gv_ring(unsigned char* smem) {
+    return {smem + (size_t)(threadIdx.x >> 5) * F::NS * GvRing<F, KV, ROWS>::kSlot};
 }
 
 // q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K = 256*KV (one segment).
-template <int KV, int RB>
-__device__ __forceinline__ void g4_qkv_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
-                                            const bf16_t* __restrict__ W, const float* __restrict__ bias, int K,
-                                            int NQ, int NKVD, float* __restrict__ q_out, bf16_t* __restrict__ kc,
-                                            bf16_t* __restrict__ vc, const int* __restrict__ order,
-                                            const int* __restrict__ params, int q_off, int cap, int D) {
+template <class F, int KV, int RB>
+__device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
+                                              const F W, const float* __restrict__ bias, int K, int NQ, int NKVD,
+                                              float* __restrict__ q_out, bf16_t* __restrict__ kc,
+                                              bf16_t* __restrict__ vc, const int* __restrict__ order,
+                                              const int* __restrict__ params, int q_off, int cap, int D,
+                                              unsigned char* smem) {
     const int lane = threadIdx.x & 31;
-    const int nw = gridDim.x * G4_WARPS;
+    const int nw = gridDim.x * GV_WARPS;
     const int N = NQ + 2 * NKVD;
-    int n = blockIdx.x * G4_WARPS + (threadIdx.x >> 5);
-    uint4 w[RB][KV];
-    g4_load_rows<KV, RB>(W, K, 0, n, nw, N, lane, w);
-    // also constant inside the chunk, so read before the wait: the bias (a weight), and the token's slot (the order
-    // table and params[0] come from the chunk's input memcpy, which completes before the first stamp kernel, and
-    // that one is always launched without PDL)
-    float bv[RB];
+    const int n0 = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
+    const auto ring = gv_ring<F, KV, RB>(smem);
+    auto issue = [&](int it) {
 #pragma unroll
-    for (int r = 0; r < RB; ++r) bv[r] = (n + r * nw < N) ? __ldg(bias + n + r * nw) : 0.f;
+        for (int r = 0; r < RB; ++r) {
+            const int m = n0 + (it * RB + r) * nw;
+            if (m < N) W.template issue<KV>(K, 0, m, ring.row(it, r), lane);
+        }
+        gv_commit();
+    };
+#pragma unroll
+    for (int it = 0; it < F::NS - 1; ++it) issue(it);
+    // also constant inside the chunk, so read before the wait: the token's slot (the order table and params[0] come
+    // from the chunk's input memcpy, which completes before the first stamp kernel, and that one is always launched
+    // without PDL)
     const int slot = __ldg(order + __ldg(params) + q_off);
     PDL_ENTRY();
-    if (n >= N) return;
-    float xr[KV][8];
+    if (n0 >= N) {
+        gv_wait<0>();
+        return;
+    }
+    float xr[KV][8], xs[KV];
     const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
-    for (; n < N; n += RB * nw) {
+    gv_xsum<KV>(xr, xs);
+    for (int it = 0; n0 + it * RB * nw < N; ++it) {
+        gv_wait<F::NS - 2>();
+        __syncwarp();
+        issue(it + F::NS - 1);
         float acc[RB];
 #pragma unroll
-        for (int r = 0; r < RB; ++r) acc[r] = g4_dot<KV>(w[r], xr) * inv;
-        if (n + RB * nw < N) g4_load_rows<KV, RB>(W, K, 0, n + RB * nw, nw, N, lane, w);
-#pragma unroll
-        for (int r = 0; r < RB; ++r) acc[r] = warp_sum(acc[r]);
+        for (int r = 0; r < RB; ++r) acc[r] = warp_sum(W.template dot<KV>(ring.row(it, r), lane, xr, xs)) * inv;
         if (lane == 0) {
 #pragma unroll
             for (int r = 0; r < RB; ++r) {
-                const int m = n + r * nw;
+                const int m = n0 + (it * RB + r) * nw;
                 if (m >= N) break;
-                const float v = acc[r] + bv[r];
+                const float v = acc[r] + __ldg(bias + m);
                 if (m < NQ) {
                     q_out[m] = v;
                 } else {
@@ -111,111 +245,151 @@ __device__ __forceinline__ void g4_qkv_body(const float* __restrict__ x, const b
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-            const int m = n + RB * nw + r * nw;
-            bv[r] = (m < N) ? __ldg(bias + m) : 0.f;
-        }
     }
+    gv_wait<0>();
 }
 
-// act[i] = silu(Wg[i] . n(x)) * (Wu[i] . n(x)); W = [wg; wu] ([2I, K]); RB row pairs in flight.
-template <int KV, int RB>
-__device__ __forceinline__ void g4_gateup_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
-                                               const bf16_t* __restrict__ W, int K, int I, float* __restrict__ act) {
+// act[i] = silu(Wg[i] . n(x)) * (Wu[i] . n(x)); W = [gate rows; up rows] ([2I, K]); RB row pairs an iteration
+// (ring rows 2r: gate, 2r + 1: up).
+template <class F, int KV, int RB>
+__device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, const bf16_t* __restrict__ ln,
+                                                 float eps, const F W, int K, int I, float* __restrict__ act,
+                                                 unsigned char* smem) {
     const int lane = threadIdx.x & 31;
-    const int nw = gridDim.x * G4_WARPS;
-    int i = blockIdx.x * G4_WARPS + (threadIdx.x >> 5);
-    uint4 wg[RB][KV], wu[RB][KV];
-    g4_load_rows<KV, RB>(W, K, 0, i, nw, I, lane, wg);
-    g4_load_rows<KV, RB>(W + (size_t)I * K, K, 0, i, nw, I, lane, wu);
+    const int nw = gridDim.x * GV_WARPS;
+    const F Wu = W.rows_from(I, K);
+    const int i0 = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
+    const auto ring = gv_ring<F, KV, 2 * RB>(smem);
+    auto issue = [&](int it) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const int m = i0 + (it * RB + r) * nw;
+            if (m < I) {
+                W.template issue<KV>(K, 0, m, ring.row(it, 2 * r), lane);
+                Wu.template issue<KV>(K, 0, m, ring.row(it, 2 * r + 1), lane);
+            }
+        }
+        gv_commit();
+    };
+#pragma unroll
+    for (int it = 0; it < F::NS - 1; ++it) issue(it);
     PDL_ENTRY();
-    if (i >= I) return;
-    float xr[KV][8];
+    if (i0 >= I) {
+        gv_wait<0>();
+        return;
+    }
+    float xr[KV][8], xs[KV];
     const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
-    for (; i < I; i += RB * nw) {
+    gv_xsum<KV>(xr, xs);
+    for (int it = 0; i0 + it * RB * nw < I; ++it) {
+        gv_wait<F::NS - 2>();
+        __syncwarp();
+        issue(it + F::NS - 1);
         float ag[RB], au[RB];
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
-            ag[r] = g4_dot<KV>(wg[r], xr);
-            au[r] = g4_dot<KV>(wu[r], xr);
-        }
-        if (i + RB * nw < I) {
-            g4_load_rows<KV, RB>(W, K, 0, i + RB * nw, nw, I, lane, wg);
-            g4_load_rows<KV, RB>(W + (size_t)I * K, K, 0, i + RB * nw, nw, I, lane, wu);
-        }
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-            ag[r] = warp_sum(ag[r]) * inv;
-            au[r] = warp_sum(au[r]) * inv;
+            ag[r] = warp_sum(W.template dot<KV>(ring.row(it, 2 * r), lane, xr, xs)) * inv;
+            au[r] = warp_sum(Wu.template dot<KV>(ring.row(it, 2 * r + 1), lane, xr, xs)) * inv;
         }
         if (lane == 0) {
 #pragma unroll
             for (int r = 0; r < RB; ++r) {
-                const int m = i + r * nw;
+                const int m = i0 + (it * RB + r) * nw;
                 if (m < I) act[m] = ag[r] / (1.f + __expf(-ag[r])) * au[r];
             }
         }
     }
+    gv_wait<0>();
 }
 
 // y[n] += W[n] . a (o / down projection + residual), K split into S = K / (256*KV) segments.
-template <int KV, int RB>
-__device__ __forceinline__ void g4_proj_body(const float* __restrict__ a, const bf16_t* __restrict__ W, int K, int N,
-                                             float* __restrict__ y, int S) {
+template <class F, int KV, int RB>
+__device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, const F W, int K, int N,
+                                               float* __restrict__ y, int S, unsigned char* smem) {
     const int lane = threadIdx.x & 31;
-    const int gw = blockIdx.x * G4_WARPS + (threadIdx.x >> 5);
-    const int G = (gridDim.x * G4_WARPS) / S;  // warps per segment
+    const int gw = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
+    const int G = (gridDim.x * GV_WARPS) / S;  // warps per segment
     const int seg = gw % S, off = seg * 256 * KV;
-    int n = gw / S;
-    uint4 w[RB][KV];
-    if (n < G) g4_load_rows<KV, RB>(W, K, off, n, G, N, lane, w);
+    const int n0 = gw / S;
+    const bool has = n0 < G && n0 < N;  // warp-uniform
+    const auto ring = gv_ring<F, KV, RB>(smem);
+    auto issue = [&](int it) {
+#pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            const int m = n0 + (it * RB + r) * G;
+            if (has && m < N) W.template issue<KV>(K, off, m, ring.row(it, r), lane);
+        }
+        gv_commit();
+    };
+#pragma unroll
+    for (int it = 0; it < F::NS - 1; ++it) issue(it);
     PDL_ENTRY();
-    if (n >= G || n >= N) return;
-    float xr[KV][8];
-    g4_load_x<KV>(a + off, lane, xr);
-    for (; n < N; n += RB * G) {
+    if (!has) {
+        gv_wait<0>();
+        return;
+    }
+    float xr[KV][8], xs[KV];
+    gv_load_x<KV>(a + off, lane, xr);
+    gv_xsum<KV>(xr, xs);
+    for (int it = 0; n0 + it * RB * G < N; ++it) {
+        gv_wait<F::NS - 2>();
+        __syncwarp();
+        issue(it + F::NS - 1);
         float acc[RB];
 #pragma unroll
-        for (int r = 0; r < RB; ++r) acc[r] = g4_dot<KV>(w[r], xr);
-        if (n + RB * G < N) g4_load_rows<KV, RB>(W, K, off, n + RB * G, G, N, lane, w);
-#pragma unroll
-        for (int r = 0; r < RB; ++r) acc[r] = warp_sum(acc[r]);
+        for (int r = 0; r < RB; ++r) acc[r] = warp_sum(W.template dot<KV>(ring.row(it, r), lane, xr, xs));
         if (lane == 0) {
 #pragma unroll
             for (int r = 0; r < RB; ++r) {
-                const int m = n + r * G;
+                const int m = n0 + (it * RB + r) * G;
                 if (m >= N) break;
                 if (S == 1) y[m] += acc[r];
                 else atomicAdd(y + m, acc[r]);
             }
         }
     }
+    gv_wait<0>();
 }
 
-#define G4_INSTANCES(KV, RB)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(G4_THREADS, 2) g4_qkv_##KV##x##RB(                               \
-        const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, const bf16_t* __restrict__ W,      \
+// ---- instances: the weight arguments of each format, then the same three bodies -------------------------------------
+#define GV_BF16_W const bf16_t* __restrict__ W
+#define GV_BF16_REF Bf16W{W}
+#define GV_W4_W const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf
+#define GV_W4_REF Q4W{Q, SZ, sbf}
+
+#define GV_INSTANCES(FMT, F, MINB_GATEUP, KV)                                                                     \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_qkv_##KV(                            \
+        const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, GV_##F##_W,                        \
         const float* __restrict__ bias, int K, int NQ, int NKVD, float* __restrict__ q_out,                      \
         bf16_t* __restrict__ kc, bf16_t* __restrict__ vc, const int* __restrict__ order,                         \
         const int* __restrict__ params, int q_off, int cap, int D) {                                              \
-        g4_qkv_body<KV, RB>(x, ln, eps, W, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off, cap, D);      \
+        extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
+        gemv_qkv_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_QKV>(                                \
+            x, ln, eps, GV_##F##_REF, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off, cap, D, gv_smem);   \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(G4_THREADS, 1) g4_gateup_##KV##x##RB(                            \
-        const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, const bf16_t* __restrict__ W,      \
-        int K, int I, float* __restrict__ act) {                                                                  \
-        g4_gateup_body<KV, RB>(x, ln, eps, W, K, I, act);                                                         \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, MINB_GATEUP) gemv_##FMT##_gateup_##KV(               \
+        const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, GV_##F##_W, int K, int I,          \
+        float* __restrict__ act) {                                                                                \
+        extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
+        gemv_gateup_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PAIRS>(x, ln, eps, GV_##F##_REF,  \
+                                                                                       K, I, act, gv_smem);      \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(G4_THREADS, 2) g4_proj_##KV##x##RB(                              \
-        const float* __restrict__ a, const bf16_t* __restrict__ W, int K, int N, float* __restrict__ y, int S) {  \
-        g4_proj_body<KV, RB>(a, W, K, N, y, S);                                                                   \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_proj_##KV(                           \
+        const float* __restrict__ a, GV_##F##_W, int K, int N, float* __restrict__ y, int S) {                    \
+        extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
+        gemv_proj_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PROJ>(a, GV_##F##_REF, K, N, y, S,  \
+                                                                                    gv_smem);                    \
     }
 
-G4_INSTANCES(1, 1)
-G4_INSTANCES(2, 1)
-G4_INSTANCES(3, 1)
-G4_INSTANCES(4, 1)
-G4_INSTANCES(5, 1)
-G4_INSTANCES(6, 1)
-G4_INSTANCES(7, 1)
-G4_INSTANCES(8, 1)
+#define GV_FORMATS(KV)                                      \
+    GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV)       \
+    GV_INSTANCES(w4, W4, 2, KV)
+
+GV_FORMATS(1)
+GV_FORMATS(2)
+GV_FORMATS(3)
+GV_FORMATS(4)
+GV_FORMATS(5)
+GV_FORMATS(6)
+GV_FORMATS(7)
+GV_FORMATS(8)

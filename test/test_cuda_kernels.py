@@ -399,7 +399,7 @@ def test_pdl_chain_launch_matches_plain(k):
     assert rel(outs[1], xr) < 1e-4
 
 
-# ------------------------------------------------------------------------------ 4-bit weights (gemv_w4.cu, gemm.cu)
+# ------------------------------------------------------------------------------ 4-bit weights (gemv.cu, gemm.cu) --
 def w4_random(rng, N, K, scale_dtype):
     """Random 4-bit weight: (Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf, dequantized float32 [N, K]), packed here
     independently of the backend (nibble k of word j = element 8j+k)."""

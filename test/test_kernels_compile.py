@@ -68,7 +68,7 @@ def compile_source(path: str, arch: str, extra=(), want_ptx=False):
 
 def test_kernel_sources_exist():
     names = {os.path.basename(p) for p in SOURCES}
-    for required in ("embedding.cu", "rmsnorm.cu", "gemv.cu", "gemm.cu", "gemv_w4.cu", "attention.cu", "lm_head.cu",
+    for required in ("embedding.cu", "rmsnorm.cu", "gemv.cu", "gemm.cu", "attention.cu", "lm_head.cu",
                      "vision.cu", "kv_write.cu", "timer.cu"):
         assert required in names
 

@@ -20,7 +20,9 @@ GIB = 1 << 30
 MIB = 1 << 20
 N_STAMPS = 3 + ACTION_TOKENS  # vision start, vision end, prefill end, after each decode pass
 H100_SMS = 132  # the SM count used when none is given (H100/H200); it only sizes a small workspace
-DECODE_SPLITS = 128  # decode attention splits: one 32-key tile per block at a full 4096-slot cache
+# decode attention splits: two 32-key tiles a block at a full 4096-slot cache (measured on the H200: 64 beat 128, 32,
+# 16 and 8; BENCHMARKS.md, issue 18)
+DECODE_SPLITS = 64
 MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
 ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
 _DTYPE_BYTES = {"float32": 4, "uint16": 2, "int32": 4, "uint8": 1, "uint32": 4}

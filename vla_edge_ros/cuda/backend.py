@@ -19,13 +19,12 @@ loads of older keys rely on).
 Prefill, per layer: rmsnorm(+bias) -> GEMM q/k/v -> kv_write -> attn_partial -> attn_combine -> GEMM o (+res) ->
 rmsnorm -> GEMM gate/up + SwiGLU -> GEMM down (+res): 9 kernels (kernels/gemm.cu, through cuda.launch.Gemm).
 Weights: bf16, or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear layers of every layer; the
-kernels for each (gemv.cu / gemv_w4.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
+kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
 the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import cupy
@@ -40,18 +39,14 @@ from ..model.weights import action_queries
 from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
-from .launch import Gemm, Gemv, Launcher, attention
+from .launch import Gemm, Gemv, Launcher, attention, gemv_plan
 
 NULLP = np.uint64(0)  # a null pointer kernel argument
 i32, f32 = np.int32, np.float32
-# decode GEMV shapes: KV = 16-byte (bf16) or 4-byte (4-bit) chunks per lane per K segment. q/k/v and gate/up take
-# the whole row (the norm needs all of x); the o / down projections split K into segments of at most this many.
-PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
-W4_RB = {"qkv": 2, "gateup": 1, "o": 4, "down": 4}  # rows (gate/up: pairs) in flight per warp (gemv_w4.cu)
 
 
 def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
-    """(Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf) for kernels/gemv_w4.cu and gemm.cu from a QuantTensor:
+    """(Q uint32 [N, K/8], SZ uint32 [N, K/128], sbf) for kernels/gemv.cu and gemm.cu from a QuantTensor:
     SZ = the scale's 16-bit pattern in the file's dtype | zero << 16."""
     if qt.scale_dtype == "bfloat16":
         bits, sbf = f32_to_bf16(np.asarray(qt.scales, np.float32)).astype(np.uint32), 1
@@ -93,7 +88,7 @@ class CudaBackend:
         self.w4 = self.weight_format == "w4"
         self._upload_weights(weights)
         self.gemv_launch = Gemv(self.k, self.weight_format)
-        self.gemv = self._gemv_plan()
+        self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
         self.gemm = Gemm(self.k, self.weight_format, self.lay.rows)
         self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
         self._allocate()
@@ -178,26 +173,6 @@ class CudaBackend:
         self._peak = max(self._peak if hasattr(self, "_peak") else 0, self._pool.used_bytes() - self._pool_base)
 
     # ------------------------------------------------------------------------------------ kernel plans
-    def _gemv_plan(self) -> dict:
-        """Kernel name, K segments S and grid of each decode GEMV."""
-        fmt = "w4" if self.w4 else "bf16"
-        plan = {}
-        for key, K, N in (("qkv", self.H, self.NQKV), ("gateup", self.H, self.I), ("o", self.NQ, self.H),
-                          ("down", self.I, self.H)):
-            chunks = K // 256
-            if key in ("qkv", "gateup"):
-                kv = chunks  # one segment: the warp needs all of x for the norm
-            else:
-                kv = max(d for d in range(1, PROJ_KV[fmt][key] + 1) if chunks % d == 0)
-            S = chunks // kv
-            name = self.gemv_launch.name("proj" if key in ("o", "down") else key, kv)
-            rb = W4_RB[key] if self.w4 else 1
-            per_sm = self.launch.blocks_per_sm(name, fallback=1 if key == "gateup" else 2)
-            units = math.ceil(N / rb) * S
-            blocks = max(math.ceil(S / 8), min(self.sms * per_sm, math.ceil(units / 8)))
-            plan[key] = {"name": name, "kv": kv, "S": S, "blocks": blocks}
-        return plan
-
     def _gemm(self, X, W, Y, N, K, mode):
         """Prefill GEMM (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
         g = self.gemm

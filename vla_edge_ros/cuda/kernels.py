@@ -36,7 +36,7 @@ def kernel_dir() -> str:
 
 class Kernels:
     """All kernel functions by name, one RawModule per kernels/*.cu file. Names the source regex does not see
-    (macro-generated instances such as g4_qkv_6x1 or w4_proj_5) are looked up lazily."""
+    (macro-generated instances such as gemv_bf16_qkv_6 or gemv_w4_proj_5) are looked up lazily."""
 
     def __init__(self, directory: str | None = None):
         self.directory = directory or kernel_dir()

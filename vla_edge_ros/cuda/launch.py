@@ -11,6 +11,7 @@ completes first). Without a Hopper GPU or cuda-python every launch is plain and 
 from __future__ import annotations
 
 import ctypes
+import math
 
 import cupy
 import numpy as np
@@ -184,51 +185,97 @@ class Gemm:
             run(self.name, grid, (self.threads,), args, shared_mem=self.smem, dependent=False)
 
 
-class Gemv:
-    """Typed launchers of the decode GEMVs (kernels/gemv.cu for "bf16", gemv_w4.cu for "w4"), used by the backend
-    and the tests alike. W: the bf16 array, or the (Q, SZ, sbf) triple. ``kv``: 256-wide K chunks a lane holds per
-    segment (the kernel instance); ``blocks``: the grid; ``run``: a callable with the Launcher's signature, or None
-    for a plain launch of the function."""
+# Decode GEMVs as kernels/gemv.cu compiles them: rows (gate/up: row pairs) a warp takes per iteration (GV_RB_W4_*;
+# bf16 1) and the stages of each warp's shared-memory ring (GV_NS_*). KV = 16-byte (bf16) or 4-byte (4-bit) chunks
+# per lane per K segment: q/k/v and gate/up take the whole row (the norm needs all of x); the o / down projections
+# split K into segments of at most PROJ_KV chunks.
+GEMV_RB = {"bf16": {"qkv": 1, "gateup": 1, "proj": 1}, "w4": {"qkv": 1, "gateup": 1, "proj": 2}}
+GEMV_STAGES = {"bf16": 3, "w4": 4}
+PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
+GEMV_WARPS = 8  # 256 threads a block
 
-    def __init__(self, kernels, fmt: str):
+
+def gemv_smem_bytes(fmt: str, op: str, kv: int, rb: int, stages: int) -> int:
+    """Dynamic shared memory of one GEMV block: a ring of ``stages`` iterations per warp, an iteration rb rows (gate/up:
+    2 rb), a row segment 512 kv bytes (bf16) or 32 kv words + 2 kv scale|zero words (4-bit); as gemv.cu's GvRing."""
+    row = 512 * kv if fmt == "bf16" else 4 * 34 * kv
+    return GEMV_WARPS * stages * (2 * rb if op == "gateup" else rb) * row
+
+
+class Gemv:
+    """Typed launchers of the decode GEMVs (kernels/gemv.cu, one body per op, the weight format "bf16" | "w4" a
+    policy), used by the backend and the tests alike. W: the bf16 array, or the (Q, SZ, sbf) triple. ``kv``: 256-wide
+    K chunks a lane holds per segment (the kernel instance); ``blocks``: the grid; ``run``: a callable with the
+    Launcher's signature, or None for a plain launch of the function. ``rb`` / ``stages`` override GEMV_RB /
+    GEMV_STAGES (dev/cuda/gemv_micro.py, for kernels compiled with the matching -D)."""
+
+    def __init__(self, kernels, fmt: str, rb: dict | None = None, stages: int | None = None):
         if fmt not in ("bf16", "w4"):
             raise ValueError(f"no decode GEMV for weights {fmt!r}")
         self.k, self.fmt = kernels, fmt
+        self.rb = dict(GEMV_RB[fmt], **(rb or {}))
+        self.stages = int(stages or GEMV_STAGES[fmt])
+        self._smem_set: set[str] = set()
 
     def name(self, op: str, kv: int) -> str:
         """The kernel instance: op "qkv" | "gateup" | "proj", kv chunks of 256 a lane."""
-        return f"g4_{op}_{kv}x1" if self.fmt == "bf16" else f"w4_{op}_{kv}"
+        return f"gemv_{self.fmt}_{op}_{kv}"
+
+    def smem(self, op: str, kv: int) -> int:
+        """Dynamic shared memory of a block of instance (op, kv); raises the kernel's limit once."""
+        n = gemv_smem_bytes(self.fmt, op, kv, self.rb[op], self.stages)
+        name = self.name(op, kv)
+        if name not in self._smem_set:
+            _set_max_dynamic_smem(getattr(self.k, name), n)
+            self._smem_set.add(name)
+        return n
 
     def _w(self, W) -> tuple:
         return (W,) if self.fmt == "bf16" else (W[0], W[1], np.int32(W[2]))
 
-    def _go(self, run, name, blocks, args):
+    def _go(self, run, op, kv, blocks, args):
+        name, smem = self.name(op, kv), self.smem(op, kv)
         if run is None:
-            getattr(self.k, name)((int(blocks),), (256,), args)
+            getattr(self.k, name)((int(blocks),), (256,), args, shared_mem=smem)
         else:
-            run(name, (int(blocks),), (256,), args)
+            run(name, (int(blocks),), (256,), args, shared_mem=smem)
 
     def qkv(self, x, ln, eps, W, bias, H, NQ, NKVD, q, kc, vc, order, params, q_off, cap, D, blocks, run=None):
         """q = rms_norm(x) Wq^T + bq (fp32), K/V rows of the same into slot order[params[0] + q_off] (bf16)."""
         i = np.int32
-        self._go(run, self.name("qkv", H // 256), blocks,
+        self._go(run, "qkv", H // 256, blocks,
                  (x, ln, np.float32(eps), *self._w(W), bias, i(H), i(NQ), i(NKVD), q, kc, vc, order, params, i(q_off),
                   i(cap), i(D)))
 
     def gateup(self, x, ln, eps, W, H, I, act, blocks, run=None):  # noqa: E741 - I: the intermediate size
         """act = silu(rms_norm(x) Wg^T) * (rms_norm(x) Wu^T), W = [gate rows; up rows] (2I rows)."""
         i = np.int32
-        if self.fmt == "bf16":
-            w = (W,)
-        else:
-            Q, SZ, sbf = W
-            w = (Q[:I], SZ[:I], Q[I:], SZ[I:], i(sbf))
-        self._go(run, self.name("gateup", H // 256), blocks, (x, ln, np.float32(eps), *w, i(H), i(I), act))
+        self._go(run, "gateup", H // 256, blocks, (x, ln, np.float32(eps), *self._w(W), i(H), i(I), act))
 
     def proj(self, a, W, K, N, y, kv, blocks, run=None):
         """y += a W^T (o / down projection + residual), K split into K / 256 / kv segments."""
         i = np.int32
-        self._go(run, self.name("proj", kv), blocks, (a, *self._w(W), i(K), i(N), y, i(K // 256 // kv)))
+        self._go(run, "proj", kv, blocks, (a, *self._w(W), i(K), i(N), y, i(K // 256 // kv)))
+
+
+def gemv_plan(gemv: Gemv, launcher: Launcher, H: int, I: int, NQKV: int, NQ: int, sms: int) -> dict:  # noqa: E741
+    """Kernel name, chunks a lane holds (kv), K segments S and grid of each decode GEMV of one layer: a fixed grid of
+    the resident blocks (occupancy API, with the ring's shared memory), fewer when the rows run out."""
+    plan = {}
+    for key, K, N in (("qkv", H, NQKV), ("gateup", H, I), ("o", NQ, H), ("down", I, H)):
+        chunks = K // 256
+        op = "proj" if key in ("o", "down") else key
+        if op != "proj":
+            kv = chunks  # one segment: the warp needs all of x for the norm
+        else:
+            kv = max(d for d in range(1, PROJ_KV[gemv.fmt][key] + 1) if chunks % d == 0)
+        S = chunks // kv
+        name = gemv.name(op, kv)
+        per_sm = launcher.blocks_per_sm(name, 256, fallback=1, smem=gemv.smem(op, kv))
+        units = math.ceil(N / gemv.rb[op]) * S
+        blocks = max(math.ceil(S / 8), min(sms * per_sm, math.ceil(units / 8)))
+        plan[key] = {"name": name, "kv": kv, "S": S, "blocks": blocks}
+    return plan
 
 
 def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,

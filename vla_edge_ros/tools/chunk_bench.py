@@ -84,9 +84,9 @@ def leave_one_out(cp, be, enqueue, families: dict, reps: int) -> dict:
 
 def breakdown(cp, be, reps=50) -> dict:
     """Decode pass 4 alone, with kernel families left out."""
-    gemv = ["g4_*", "w4_*"]
+    gemv = ["gemv_*"]
     families = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
-                "no_gateup_down": ["g4_gateup_*", "g4_proj_*", "w4_gateup_*", "w4_proj_*"],
+                "no_gateup_down": [f"gemv_{f}_{op}_*" for f in ("bf16", "w4") for op in ("gateup", "proj")],
                 "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
     return leave_one_out(cp, be, lambda: be.enqueue_decode_pass(4), families, reps)
 
