@@ -7,7 +7,7 @@ captured CUDA graph of 28 layers (plain launches, as the prefill) replayed 20 ti
 replay / 28): partial + combine, partial alone, combine alone. Each kernel's output (layer 0) is first checked
 against the NumPy twin (ops.apply_rope + ops.attention).
 
-  python dev/cuda/attn_micro.py [--json OUT]
+  python dev/cuda/attn_micro.py [--json OUT] [--decode-splits 128,64,32] [--new-only] [--pdl]
 """
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -26,32 +24,13 @@ sys.path.insert(0, ROOT)
 
 import cupy as cp  # noqa: E402
 
-from vla_edge_ros.cuda.kernels import Kernels, kernel_dir  # noqa: E402
-from vla_edge_ros.cuda.launch import attention  # noqa: E402
+from vla_edge_ros.cuda.launch import Launcher, attention  # noqa: E402
 from vla_edge_ros.model import ops  # noqa: E402
+
+from _timing import graph_ms, variant_kernels  # noqa: E402
 
 NKV, GROUP, D, CAP, L, SMS = 2, 6, 128, 4096, 28, 132
 NH = NKV * GROUP
-_KEEP = []
-
-
-def graph_ms(stream, enqueue, reps=20):
-    stream.begin_capture()
-    enqueue()
-    g = stream.end_capture()
-    _KEEP.append(g)
-    for _ in range(3):
-        g.launch(stream)
-    stream.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        g.launch(stream)
-        e1.record(stream)
-        e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1))
-    return float(np.median(ts))
 
 
 def bf16(rng, shape):
@@ -62,12 +41,17 @@ def bf16(rng, shape):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--decode-splits", default="128", help="comma-separated split counts of the decode shape")
+    ap.add_argument("--prefill-splits", default="auto",
+                    help="comma-separated split counts of the prefill shapes (auto: the backend's plan)")
+    ap.add_argument("--new-only", action="store_true", help="skip the previous kernel")
+    ap.add_argument("--pdl", action="store_true",
+                    help="launch through cuda.launch.Launcher: PDL between the kernels, as in a decode pass")
     a = ap.parse_args(argv)
-    tmp = tempfile.mkdtemp()
-    shutil.copy(os.path.join(kernel_dir(), "common.cuh"), tmp)
-    shutil.copy(os.path.join(ROOT, "dev", "cuda", "attention_v4.cu"), os.path.join(tmp, "attention.cu"))
-    variants = {"v4 (previous)": Kernels(tmp), "new": Kernels()}
-    _KEEP.extend(variants.values())
+    prev = os.path.join(ROOT, "dev", "cuda", "attention_v4.cu")
+    variants = {"new": variant_kernels()}
+    if not a.new_only:
+        variants["v4 (previous)"] = variant_kernels(replace={"attention.cu": prev}, only=["attention.cu"])
     rng = np.random.default_rng(0)
     stream = cp.cuda.Stream(non_blocking=True)
     res = {}
@@ -82,8 +66,11 @@ def main(argv=None):
         shapes = []
         for T, bidir in ((32, 32), (40, 32)):
             nrg = math.ceil(T * GROUP / 64)
-            shapes.append((f"prefill T{T}", T, bidir, max(1, min(64, round(2 * SMS / (NKV * nrg))))))
-        shapes.append(("decode T1", 1, 1, 128))
+            for ns in a.prefill_splits.split(","):
+                auto = max(1, min(64, round(2 * SMS / (NKV * nrg))))
+                shapes.append((f"prefill T{T}", T, bidir, auto if ns == "auto" else int(ns)))
+        for ns in a.decode_splits.split(","):
+            shapes.append(("decode T1", 1, 1, int(ns)))
         for label, T, bidir, nsplit in shapes:
             n_prefix = CAP - T if T > 1 else CAP - 1
             n = n_prefix + T
@@ -106,10 +93,13 @@ def main(argv=None):
             limit[bidir:] = n - 1
             ref = ops.attention(qrot, krot, vf, pos[None, :] <= limit[:, None]).reshape(T, NH * D)
             for vname, k in variants.items():
-                def layers(only=None, k=k):
+                go = Launcher(k, stream, pdl=a.pdl)
+
+                def layers(only=None, k=k, go=go):
                     def run(name, grid, block, args, shared_mem=0, dependent=True):
                         if only is None or name == only:
-                            getattr(k, name)(tuple(grid), tuple(block), tuple(args), stream=stream)
+                            go(name, grid, block, args, shared_mem=shared_mem, dependent=dependent)
+                    go.barrier()
                     for li in range(L):
                         attention(k, qd, NH * D, kcs[li], vcs[li], order_d, params, 0, T, NKV, GROUP, CAP, cos_d, sin_d,
                                   bidir, nsplit, part_o, part_ml, out, outb, run=run)
@@ -126,7 +116,7 @@ def main(argv=None):
                      "both_us": graph_ms(stream, layers) * 1000 / L,
                      "partial_us": graph_ms(stream, lambda: layers("attn_partial")) * 1000 / L,
                      "combine_us": graph_ms(stream, lambda: layers("attn_combine")) * 1000 / L}
-                res[f"{label} | {vname}"] = r
+                res[f"{label} s{nsplit} | {vname}"] = r
                 print(f"{label:12s} {vname:14s} nsplit {nsplit:3d} rel_err {err:.2e}  partial+combine "
                       f"{r['both_us']:6.2f} us  partial {r['partial_us']:6.2f}  combine {r['combine_us']:6.2f} "
                       "(a layer)", flush=True)

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -27,8 +25,9 @@ sys.path.insert(0, ROOT)
 
 import cupy as cp  # noqa: E402
 
-from vla_edge_ros.cuda.kernels import Kernels, kernel_dir  # noqa: E402
 from vla_edge_ros.cuda.launch import GEMM_CFG, Gemm, Launcher  # noqa: E402
+
+from _timing import graph_ms, variant_kernels  # noqa: E402
 
 H, I, NQ, NKVD, L = 1536, 8960, 1536, 256, 28
 NQKV = NQ + 2 * NKVD
@@ -50,28 +49,6 @@ VARIANTS = {
 # (4-bit with NT = 2, i.e. 64-row blocks, failed with a launch error on 2026-12-01 and was not pursued.)
 
 
-_KEEP = []  # every module and graph lives to the end of the process (no unload between variants)
-
-
-def graph_ms(stream, enqueue, reps=20):
-    stream.begin_capture()
-    enqueue()
-    g = stream.end_capture()
-    _KEEP.append(g)
-    for _ in range(3):
-        g.launch(stream)
-    stream.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        g.launch(stream)
-        e1.record(stream)
-        e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1))
-    return float(np.median(ts))
-
-
 def reference(fmt, X, W, N, K, mode):
     """fp32 reference of one launch (CuPy): Y = X W^T, or silu(gate) * up for mode "swiglu"."""
     x = (X.astype(cp.uint32) << 16).view(cp.float32)
@@ -88,18 +65,6 @@ def reference(fmt, X, W, N, K, mode):
         g, u = y[:, :N // 2], y[:, N // 2:]
         y = g / (1 + cp.exp(-g)) * u
     return y
-
-
-def variant_kernels(defines: dict) -> Kernels:
-    """Kernels of gemm.cu alone, compiled with the given #defines (a temporary copy of kernels/)."""
-    src = kernel_dir()
-    d = tempfile.mkdtemp(prefix="gemm_variant_")
-    shutil.copy(os.path.join(src, "common.cuh"), d)
-    with open(os.path.join(src, "gemm.cu")) as f:
-        body = f.read()
-    with open(os.path.join(d, "gemm.cu"), "w") as f:
-        f.write("".join(f"#define {k} {v}\n" for k, v in defines.items()) + body)
-    return Kernels(d)
 
 
 def main():
@@ -143,8 +108,7 @@ def main():
         for name in names:
             fmt, defines, over = VARIANTS[name]
             t0 = time.perf_counter()
-            k = variant_kernels(defines)
-            _KEEP.append(k)
+            k = variant_kernels(defines, only=["gemm.cu"])
             cfg = dict(GEMM_CFG[fmt], **over)
             la = Launcher(k, s, pdl=False)
             print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
