@@ -45,16 +45,3 @@ rmsnorm_bf16(const float* __restrict__ x, const bf16_t* __restrict__ w, float ep
                                pack_bf2(v[u].z * inv * bflo(wv[u].y), v[u].w * inv * bfhi(wv[u].y)));
     }
 }
-
-// Final RMSNorm to fp32 (used by tests and the prompt path).
-extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps, int H,
-                                       float* __restrict__ out) {
-    __shared__ float red[32];
-    PDL_ENTRY();
-    const int t = blockIdx.x;
-    const float* xr = x + (size_t)t * H;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    const float inv = rms_inv(block_sum(ss, red) / (float)H, eps);
-    for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)t * H + i] = xr[i] * inv * bf2f(w[i]);
-}

@@ -39,9 +39,9 @@ from ..model.weights import action_queries
 from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
                          layout, out_layout)
 from .kernels import Kernels
-from .launch import Gemm, Gemv, Launcher, attention, gemv_plan
+from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
+                     stamp, vision_encode)
 
-NULLP = np.uint64(0)  # a null pointer kernel argument
 i32, f32 = np.int32, np.float32
 
 
@@ -190,18 +190,16 @@ class CudaBackend:
         go = self.launch
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
-            go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln1"], eps, i32(H), self.xb, lw["bqkv"], i32(NQKV),
-                                              self.qkv), dependent=False)
+            rmsnorm_bf16(self.k, self.x_pre, lw["ln1"], eps, H, T, self.xb, lw["bqkv"], NQKV, self.qkv, run=go,
+                         dependent=False)
             self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, "add")
-            go("kv_write", (max(1, T * 2 * NKVD // 256),), (256,),
-               (self.qkv, i32(T), i32(NQ), i32(NKVD), i32(D), kc, vc, self.order_dev, self.params_dev, i32(0),
-                i32(cap)), dependent=False)
+            kv_write(self.k, self.qkv, T, NQ, NKVD, D, kc, vc, self.order_dev, self.params_dev, 0, cap, run=go,
+                     dependent=False)
             attention(self.k, self.qkv, NQKV, kc, vc, self.order_dev, self.params_dev, 0, T, self.NKV, self.group, cap,
                       self.cos, self.sin, bidir_from, nsp, self.part_o, self.part_ml, self.att, self.att_bf, run=go,
                       dependent=False)
             self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
-            go("rmsnorm_bf16", (T,), (256,), (self.x_pre, lw["ln2"], eps, i32(H), self.xb, NULLP, i32(0), NULLP),
-               dependent=False)
+            rmsnorm_bf16(self.k, self.x_pre, lw["ln2"], eps, H, T, self.xb, run=go, dependent=False)
             self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16
             self._gemm(self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
@@ -211,8 +209,7 @@ class CudaBackend:
         q_off = i32(VISION_TOKENS + step)
         nsp = self.lay.decode_splits
         go, g, gv = self.launch, self.gemv, self.gemv_launch
-        go("embed_gather", (max(1, H // 256),), (256,), (self.emb_act, self.start_dev, self.tokidx_dev, i32(H),
-                                                         self.xdec))
+        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, H, self.xdec, run=go)
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
             gv.qkv(self.xdec, lw["ln1"], eps, self._w(lw["wqkv"]), lw["bqkv"], H, NQ, NKVD, self.qdec, kc, vc,
@@ -230,9 +227,8 @@ class CudaBackend:
 
     def _head(self, x, step: int):
         eps = f32(self.cfg.rms_norm_eps)
-        self.launch("lm_head_argmax", (ACTION_VOCAB // 8,), (256,),
-                    (x, self.norm, eps, i32(self.H), self.head_act, i32(ACTION_VOCAB), self.logits[step], self.ticket,
-                     self.tokidx_dev, self.tokens_dev, i32(step), i32(self.V0)), shared_mem=4 * self.H)
+        lm_head_argmax(self.k, x, self.norm, eps, self.H, self.head_act, self.logits[step], self.ticket,
+                       self.tokidx_dev, self.tokens_dev, step, self.V0, run=self.launch)
 
     def enqueue_prefill(self):
         """Enqueue the chunk's prefill (all layers, the frame's rows + the parallel action queries) on the stream,
@@ -245,16 +241,15 @@ class CudaBackend:
 
     def _stamp(self, i):
         self.launch.barrier()  # a full barrier: everything before the stamp completes before anything after
-        self.launch("stamp", (1,), (1,), (self.ts_dev, i32(i)))
+        stamp(self.k, self.ts_dev, i, run=self.launch)
 
     def _enqueue_chunk(self):
         rt, s = cupy.cuda.runtime, self.stream
         rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes, rt.memcpyHostToDevice,
                        s.ptr)
         self._stamp(0)
-        self.launch("vision_encode", (self.H // 32,), (256,),
-                    (self.frame_dev, self.patch_w, self.patch_b, self.pos_embed, i32(self.H), self.x_pre,
-                     self.pooled_dev), dependent=False)
+        vision_encode(self.k, self.frame_dev, self.patch_w, self.patch_b, self.pos_embed, self.H, self.x_pre,
+                      self.pooled_dev, run=self.launch, dependent=False)
         if self.parallel:
             rt.memcpyAsync(self.x_pre[VISION_TOKENS].data.ptr, self.queries.data.ptr, self.queries.nbytes,
                            rt.memcpyDeviceToDevice, s.ptr)

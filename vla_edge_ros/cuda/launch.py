@@ -278,6 +278,58 @@ def gemv_plan(gemv: Gemv, launcher: Launcher, H: int, I: int, NQKV: int, NQ: int
     return plan
 
 
+# --------------------------------------------------------------------------------- the small kernels, typed too
+def _launch(kernels, run, name, grid, block, args, shared_mem=0, dependent=True):
+    """A plain launch of ``name`` (run None) or through ``run`` (the Launcher's signature)."""
+    if run is None:
+        getattr(kernels, name)(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+    else:
+        run(name, grid, block, args, shared_mem=shared_mem, dependent=dependent)
+
+
+def rmsnorm_bf16(kernels, x, ln, eps, H, T, out, bias=None, N=0, y=None, run=None, dependent=True):
+    """out = rms_norm(x[:T]) as bf16 (kernels/rmsnorm.cu, one block a row); with bias: also y[t, :N] = bias (the
+    split-K GEMM that follows adds into it)."""
+    null = np.uint64(0)
+    _launch(kernels, run, "rmsnorm_bf16", (int(T),), (256,),
+            (x, ln, np.float32(eps), np.int32(H), out, null if bias is None else bias, np.int32(N),
+             null if y is None else y), dependent=dependent)
+
+
+def kv_write(kernels, qkv, T, NQ, NKVD, D, kc, vc, order, params, q_off, cap, run=None, dependent=True):
+    """K/V rows t < T of the prefill's q/k/v (fp32, row stride NQ + 2 NKVD) into slots order[params[0] + q_off + t]
+    of the cache (bf16, un-rotated)."""
+    i = np.int32
+    _launch(kernels, run, "kv_write", (max(1, int(T) * 2 * int(NKVD) // 256),), (256,),
+            (qkv, i(T), i(NQ), i(NKVD), i(D), kc, vc, order, params, i(q_off), i(cap)), dependent=dependent)
+
+
+def embed_gather(kernels, table, start_row, idx, H, out, run=None):
+    """out = table[idx[0]] as fp32, or start_row when idx[0] < 0 (the chunk's first decode pass)."""
+    _launch(kernels, run, "embed_gather", (max(1, int(H) // 256),), (256,), (table, start_row, idx, np.int32(H), out))
+
+
+def lm_head_argmax(kernels, x, ln, eps, H, head, logits, ticket, tok_idx, tokens, step, vocab0, run=None):
+    """logits = rms_norm(x) head^T over the head's rows (8 a block), and by the last block the argmax: tok_idx[0] =
+    its row (0 when a logit is not finite), tokens[step] = vocab0 + row (-1 when not finite); ticket resets."""
+    i = np.int32
+    nrows = int(head.shape[0])
+    _launch(kernels, run, "lm_head_argmax", (nrows // 8,), (256,),
+            (x, ln, np.float32(eps), i(H), head, i(nrows), logits, ticket, tok_idx, tokens, i(step), i(vocab0)),
+            shared_mem=4 * int(H))
+
+
+def vision_encode(kernels, frame, W, b, pos, H, x, pooled, run=None, dependent=True):
+    """x = the frame's 32 patch rows through the projector (+ bias, + position rows), pooled = their mean."""
+    _launch(kernels, run, "vision_encode", (int(H) // 32,), (256,), (frame, W, b, pos, np.int32(H), x, pooled),
+            dependent=dependent)
+
+
+def stamp(kernels, ts, i, run=None):
+    """ts[i] = %globaltimer (ns) once everything before it has run."""
+    _launch(kernels, run, "stamp", (1,), (1,), (ts, np.int32(i)))
+
+
 def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,
               part_o, part_ml, out, out_bf=None, run=None, dependent=True):
     """Typed launcher of kernels/attention.cu for one layer: attn_partial over (nkv, row groups, nsplit) blocks,
@@ -294,7 +346,4 @@ def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group,
               (part_o, part_ml, i(nrg), i(nsplit), i(T), i(group), i(nkv * group * D), out,
                np.uint64(0) if out_bf is None else out_bf)))
     for name, grid, args in calls:
-        if run is None:
-            getattr(kernels, name)(grid, (128,), args)
-        else:
-            run(name, grid, (128,), args, dependent=dependent)
+        _launch(kernels, run, name, grid, (128,), args, dependent=dependent)
