@@ -16,23 +16,6 @@ say "tests + models"
 gpu_tests 4
 wait
 cat "$OUT/models.txt"
-cb() {  # cb TAG DIR KIND ARGS...: chunk_bench, one summary line
-  local tag=$1 dir=$2 k=$3; shift 3
-  (cd "$dir" && timeout 90 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --json "$OUT/cb_${tag}_$k.json" "$@" \
-    > "$OUT/cb_${tag}_$k.txt" 2>&1)
-  $PY - "$OUT/cb_${tag}_$k.json" "$tag $k" <<'PYEOF'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(sys.argv[2], "FAILED", e); sys.exit()
-b = r.get("breakdown_prefill_ms", {})
-print(f"{sys.argv[2]:28s} sms {r['sms']} chunk p50/p99 {r['chunk_host_ms']['p50']:.3f}/{r['chunk_host_ms']['p99']:.3f} "
-      f"dev {r['chunk_device_ms']['p50']:.3f} pre {r['prefill_ms_p50']:.3f} dec {r['decode_ms_p50']:.3f} "
-      f"pass {r.get('decode_pass_ms', {}).get('p50', 0):.4f} eff {r['efficiency_of_copy_bw']:.3f} "
-      f"loo {json.dumps(b)} {json.dumps(r.get('breakdown_pass_ms', {}))}")
-PYEOF
-}
 say "chunk_bench, parallel kinds: new, then base"
 for k in awq-parallel bf16-parallel; do cb new "$ROOT" $k --chunks 150 --breakdown; done
 for k in awq-parallel bf16-parallel; do cb base "$ROOT/${BASE:-.device/base}" $k --chunks 150; done

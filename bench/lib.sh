@@ -1,7 +1,7 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the bench/gpu_*.sh device scripts: the shared set-up of one device call.
-#   OUT (JSON/XML/logs), PY, M (the generated models), say, gpu_tests, make_models
+#   OUT (JSON/XML/logs), PY, M (the generated models), say, gpu_tests, make_models, cb
 OUT=${OUT:-/tmp/vla_out}
 PY=${PY:-python3}
 M=${MODELS:-/tmp/vla_models}
@@ -30,4 +30,24 @@ make_models() {
     $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c['vla_action_decoding']='parallel'; \
 json.dump(c, open(sys.argv[2],'w'))" "$M/$k/config.json" "$d/config.json"
   done
+}
+
+# chunk_bench of model $M/KIND run from tree DIR (this one, or a base tree), one summary line; JSON and log in $OUT.
+#   cb TAG DIR KIND ARGS...
+cb() {
+  local tag=$1 dir=$2 k=$3; shift 3
+  (cd "$dir" && timeout 90 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --json "$OUT/cb_${tag}_$k.json" "$@" \
+    > "$OUT/cb_${tag}_$k.txt" 2>&1)
+  $PY - "$OUT/cb_${tag}_$k.json" "$tag $k" <<'PYEOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(sys.argv[2], "FAILED", e); sys.exit()
+b = r.get("breakdown_prefill_ms", {})
+print(f"{sys.argv[2]:28s} sms {r['sms']} chunk p50/p99 {r['chunk_host_ms']['p50']:.3f}/{r['chunk_host_ms']['p99']:.3f} "
+      f"dev {r['chunk_device_ms']['p50']:.3f} pre {r['prefill_ms_p50']:.3f} dec {r['decode_ms_p50']:.3f} "
+      f"pass {r.get('decode_pass_ms', {}).get('p50', 0):.4f} eff {r['efficiency_of_copy_bw']:.3f} "
+      f"loo {json.dumps(b)} {json.dumps(r.get('breakdown_pass_ms', {}))}")
+PYEOF
 }

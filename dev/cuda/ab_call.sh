@@ -28,22 +28,6 @@ say "GPU tests"
 gpu_tests 4
 wait
 tail -n 3 "$OUT/models.txt"
-cb() {  # cb TAG DIR KIND ARGS...: chunk_bench, one summary line
-  local tag=$1 dir=$2 k=$3; shift 3
-  (cd "$dir" && timeout 80 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --json "$OUT/cb_${tag}_$k.json" "$@" \
-    > "$OUT/cb_${tag}_$k.txt" 2>&1)
-  $PY - "$OUT/cb_${tag}_$k.json" "$tag $k" <<'PYEOF'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(sys.argv[2], "FAILED", e); sys.exit()
-print(f"{sys.argv[2]:22s} chunk p50/p99 {r['chunk_host_ms']['p50']:.3f}/{r['chunk_host_ms']['p99']:.3f} "
-      f"dev {r['chunk_device_ms']['p50']:.3f} pre {r['prefill_ms_p50']:.3f} dec {r['decode_ms_p50']:.3f} "
-      f"pass {r.get('decode_pass_ms', {}).get('p50', 0):.4f} loo {json.dumps(r.get('breakdown_pass_ms', {}))} "
-      f"{json.dumps(r.get('breakdown_prefill_ms', {}))}")
-PYEOF
-}
 [ -d "$BASE/vla_edge_ros" ] || echo "no base tree at $BASE: new only"
 for k in ${KINDS:-awq bf16 awq-parallel bf16-parallel}; do
   say "chunk_bench $k"
