@@ -106,11 +106,6 @@ __device__ __forceinline__ void norm_to_smem(const float* __restrict__ x, const 
     __syncthreads();
 }
 
-__device__ __forceinline__ void copy_to_smem(const float* __restrict__ x, int n, float* xs) {
-    for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) *(float4*)(xs + i) = *(const float4*)(x + i);
-    __syncthreads();
-}
-
 // R rows (given by row index array) of W dotted with xs (K floats in smem). K % 256 == 0.
 template <int R, int U>
 __device__ __forceinline__ void warp_rows(const bf16_t* __restrict__ W, int K, const int* rows, const float* xs,

@@ -2,24 +2,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // Decode GEMVs (one token): weights [N, K] (HF [out, in]) in bf16 or 4-bit (W4A16), fp32 activations, fp32
 // accumulation. One body per op (q/k/v, gate/up, o/down projection); the weight format is a policy (Bf16W, Q4W):
-// how a lane loads its part of a row and how it dots it with x. Built for the fixed cost of small, latency-bound
+// how a lane copies its part of a row and how it dots it with x. Built for the fixed cost of small, latency-bound
 // launches inside one CUDA graph:
 //  - x lives in registers: lane l of a warp needs only x[8c .. 8c+7] for its chunks c = l + 32u (u < KV) of a row
 //    (16 bytes of bf16 or 4 bytes of 4-bit weights each), so it loads those 8*KV floats once (from L2) and reuses
-//    them for every row; no shared memory, no __syncthreads.
+//    them for every row; no __syncthreads (each warp works alone).
 //  - the RMSNorm factor is computed per warp (the warp holds all of x when K = 256*KV): no block prologue.
-//  - the weights of the warp's first RB rows are loaded into registers BEFORE PDL_WAIT (they do not depend on the
-//    previous kernel), so with Programmatic Dependent Launch the HBM latency of the first loads overlaps the tail of
-//    the previous kernel; the next batch is loaded before the reductions of this one.
-//  - a fixed grid (host: SMs x resident blocks per SM from the occupancy API) and warps that loop over rows: no
-//    partial last wave.
+//  - the weights go global -> shared memory by cp.async into a ring of F::NS iterations per warp (GvRing below), the
+//    first NS - 1 issued BEFORE PDL_WAIT (they do not depend on the previous kernel), so with Programmatic Dependent
+//    Launch their HBM latency overlaps the tail of the previous kernel; each iteration issues the one NS - 1 ahead.
+//  - a fixed grid (host: SMs x resident blocks per SM from the occupancy API, the ring's shared memory counted) and
+//    warps that loop over rows: no partial last wave.
 //  - split-K for long rows (o / down projections): warp w takes K segment w % S of rows w / S + j*G, partial dot
 //    products are added into y with atomics (the residual add is fused).
 // 4-bit layout (model/quant.py QuantTensor, as cuda/backend.w4_device_arrays uploads it):
 //   Q  uint32 [N, K/8]   nibble k (bits 4k..4k+3) of word j = element 8j+k, unsigned 0..15;
 //   SZ uint32 [N, K/128] bits 0..15 = the group's scale (fp16, or bf16 when sbf != 0), bits 16..19 = its zero z;
 // w = (q - z) * s. Per word: s * (sum_k (16 + q_k) x_k - (16 + z) sum_k x_k), q and z small integers (3 ops an
-// element). With a quarter of the bytes a row, 4-bit warps keep more rows in flight (RB) for the same bytes.
+// element).
 // Kernel names: gemv_{bf16,w4}_{qkv,gateup,proj}_<KV>, KV = chunks a lane holds per K segment (segment = 256*KV
 // elements). q/k/v and gate/up take the whole row in one segment (the norm needs all of x), so hidden sizes up to
 // 256*8 = 2048 are supported; the backend refuses larger ones at start-up. Twins: ops.rms_norm, ops.linear (+ bias,
