@@ -122,3 +122,48 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
         for rows in (32, 48):  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
             w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
             assert c["stages"] * c["kw"] * 16 * (rows * 8 + w_units) <= 227 * 1024
+
+
+def _launch_py_names(*names):
+    """Module-level assignments and functions of cuda/launch.py, executed alone (launch.py itself imports CuPy)."""
+    import ast
+
+    with open(os.path.join(os.path.dirname(HERE), "vla_edge_ros", "cuda", "launch.py")) as f:
+        tree = ast.parse(f.read())
+    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
+            or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in names for t in n.targets))]
+    ns = {}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), "launch.py", "exec"), ns)
+    return ns
+
+
+def test_gemv_launcher_plan_matches_the_kernel_defaults():
+    """cuda/launch.py GEMV_RB / GEMV_STAGES are what kernels/gemv.cu compiles by default (rows a warp takes per
+    iteration, ring stages): the launcher's grid and shared memory depend on them."""
+    import re
+
+    with open(os.path.join(KDIR, "gemv.cu")) as f:
+        d = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GV_\w+) (\d+)", f.read())}
+    ns = _launch_py_names("GEMV_RB", "GEMV_STAGES")
+    assert ns["GEMV_RB"]["w4"] == {"qkv": d["GV_RB_W4_QKV"], "gateup": d["GV_RB_W4_PAIRS"], "proj": d["GV_RB_W4_PROJ"]}
+    assert ns["GEMV_RB"]["bf16"] == {"qkv": 1, "gateup": 1, "proj": 1}  # Bf16W's RB_* constants
+    assert ns["GEMV_STAGES"] == {"bf16": d["GV_NS_BF16"], "w4": d["GV_NS_W4"]}
+
+
+@pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
+def test_gemv_shared_memory_the_launcher_passes_is_the_kernels_ring(tmp_path):
+    """launch.gemv_smem_bytes (the dynamic shared memory every GEMV launch asks for) equals the ring gemv.cu lays out
+    (GV_WARPS x NS x GvRing::kSlot) for every instance: a smaller allocation would let cp.async write past it.
+    Checked by the compiler: static_asserts over the kernel's own templates, compiled with NVRTC (no GPU)."""
+    ns = _launch_py_names("GEMV_RB", "GEMV_STAGES", "GEMV_WARPS", "gemv_smem_bytes")
+    lines = ['#include "gemv.cu"']
+    for fmt, F in (("bf16", "Bf16W"), ("w4", "Q4W")):
+        for op, rb, rows in (("qkv", "RB_QKV", f"{F}::RB_QKV"), ("gateup", "RB_PAIRS", f"2 * {F}::RB_PAIRS"),
+                             ("proj", "RB_PROJ", f"{F}::RB_PROJ")):
+            for kv in range(1, 9):
+                want = ns["gemv_smem_bytes"](fmt, op, kv, ns["GEMV_RB"][fmt][op], ns["GEMV_STAGES"][fmt])
+                lines.append(f"static_assert(GV_WARPS * {F}::NS * GvRing<{F}, {kv}, {rows}>::kSlot == {want}, "
+                             f'"{fmt} {op} {kv}: the launcher asks for {want} bytes");')
+    src = tmp_path / "gemv_smem_check.cu"
+    src.write_text("\n".join(lines) + "\n")
+    compile_source(str(src), "sm_90")
