@@ -1,7 +1,7 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache, RoPE applied inside from the position table (split-K
-// flash-decoding on the tensor cores). Twins: ops.apply_rope + ops.attention.
+// flash-decoding on the tensor cores). Twin: ops.cache_attention (ops.apply_rope + ops.attention).
 //
 // Keys are stored un-rotated per slot; the key at index j of `order` has position j; query token t of this call
 // has position q_start + t (q_start = params[0] + q_off, read on the device, so one CUDA graph serves every

@@ -102,28 +102,6 @@ def test_compiles_with_pdl_hooks(path):
     assert "griddepcontrol" not in ptx80
 
 
-def test_gemm_launcher_config_matches_the_kernel_defaults():
-    """cuda/launch.py GEMM_CFG (block rows, warp groups along K, stages: the launcher's grid and shared memory)
-    is what kernels/gemm.cu compiles by default (read from the sources: no CuPy needed)."""
-    import ast
-    import re
-
-    with open(os.path.join(KDIR, "gemm.cu")) as f:
-        defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GEMM_\w+) (\d+)", f.read())}
-    with open(os.path.join(os.path.dirname(HERE), "vla_edge_ros", "cuda", "launch.py")) as f:
-        tree = ast.parse(f.read())
-    cfg = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-               and any(getattr(t, "id", None) == "GEMM_CFG" for t in n.targets))
-    for fmt, tag in (("bf16", "BF16"), ("w4", "W4")):
-        c = cfg[fmt]
-        assert (c["nt"], c["kw"], c["stages"]) == (defaults[f"GEMM_NT_{tag}"], defaults[f"GEMM_KW_{tag}"],
-                                                   defaults[f"GEMM_STAGES_{tag}"]), fmt
-        nb = 32 * c["nt"]
-        for rows in (32, 48):  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
-            w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
-            assert c["stages"] * c["kw"] * 16 * (rows * 8 + w_units) <= 227 * 1024
-
-
 def _launch_py_names(*names):
     """Module-level assignments and functions of cuda/launch.py, executed alone (launch.py itself imports CuPy)."""
     import ast
@@ -135,6 +113,23 @@ def _launch_py_names(*names):
     ns = {}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "launch.py", "exec"), ns)
     return ns
+
+
+def test_gemm_launcher_config_matches_the_kernel_defaults():
+    """cuda/launch.py GEMM_CFG (block rows, warp groups along K, stages: the launcher's grid and shared memory)
+    is what kernels/gemm.cu compiles by default (read from the sources: no CuPy needed)."""
+    import re
+
+    with open(os.path.join(KDIR, "gemm.cu")) as f:
+        defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GEMM_\w+) (\d+)", f.read())}
+    ns = _launch_py_names("GEMM_CFG", "gemm_smem_bytes")
+    cfg = ns["GEMM_CFG"]
+    for fmt, tag in (("bf16", "BF16"), ("w4", "W4")):
+        c = cfg[fmt]
+        assert (c["nt"], c["kw"], c["stages"]) == (defaults[f"GEMM_NT_{tag}"], defaults[f"GEMM_KW_{tag}"],
+                                                   defaults[f"GEMM_STAGES_{tag}"]), fmt
+        for rows in (32, 48):  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
+            assert ns["gemm_smem_bytes"](fmt, rows) <= 227 * 1024
 
 
 def test_gemv_launcher_plan_matches_the_kernel_defaults():

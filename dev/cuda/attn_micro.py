@@ -83,15 +83,9 @@ def main(argv=None):
             out = cp.zeros((T, NH * D), cp.float32)
             outb = cp.zeros((T, NH * D), cp.uint16)
             # the twin, layer 0
-            kf = (kcs[0].get().astype(np.uint32) << 16).view(np.float32)[:, order[:n], :]
-            vf = (vcs[0].get().astype(np.uint32) << 16).view(np.float32)[:, order[:n], :]
-            pos = np.arange(n)
-            krot = ops.apply_rope(kf.transpose(1, 0, 2), cos[pos], sin[pos]).transpose(1, 0, 2)
-            qp = np.arange(n_prefix, n)
-            qrot = ops.apply_rope(q.reshape(T, NH, D), cos[qp], sin[qp])
-            limit = qp.copy()
-            limit[bidir:] = n - 1
-            ref = ops.attention(qrot, krot, vf, pos[None, :] <= limit[:, None]).reshape(T, NH * D)
+            kf = (kcs[0].get().astype(np.uint32) << 16).view(np.float32)
+            vf = (vcs[0].get().astype(np.uint32) << 16).view(np.float32)
+            ref = ops.cache_attention(q, kf, vf, order, cos, sin, n_prefix, bidir)
             for vname, k in variants.items():
                 go = Launcher(k, stream, pdl=a.pdl)
 

@@ -68,6 +68,24 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray) 
     return out
 
 
+def cache_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, order: np.ndarray, cos: np.ndarray,
+                    sin: np.ndarray, q_start: int, bidir_from: int) -> np.ndarray:
+    """The twin of kernels/attention.cu (attn_partial + attn_combine): q [T, NH*D] un-rotated, k/v [NKV, cap, D]
+    float32 with keys un-rotated per slot, cos/sin tables over positions. The key at index j of ``order`` has
+    position j, query t position q_start + t; query t sees keys j <= q_start + t, rows t >= bidir_from every key of
+    the call. Returns [T, NH*D]."""
+    T = q.shape[0]
+    n = q_start + T
+    d = k.shape[-1]
+    pos = np.arange(n)
+    krot = apply_rope(k[:, order[:n], :].transpose(1, 0, 2), cos[pos], sin[pos]).transpose(1, 0, 2)
+    qp = np.arange(q_start, n)
+    qrot = apply_rope(q.reshape(T, -1, d), cos[qp], sin[qp])
+    limit = qp.copy()
+    limit[bidir_from:] = n - 1
+    return attention(qrot, krot, v[:, order[:n], :], pos[None, :] <= limit[:, None]).reshape(T, -1)
+
+
 def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     return g / (1.0 + np.exp(-g)) * u
 
