@@ -258,6 +258,12 @@ PRESETS = {
     # A CPU-hostile middle size: used to prove the deadline guard with a backend that is too slow.
     "small": ModelConfig(hidden_size=1024, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2,
                          intermediate_size=2816, vocab_size=8192),
+    # The published Qwen2.5 shapes (HF config.json of each), random weights: the 0.5B backbone of MiniVLA and
+    # VLA-Adapter (head_dim 64, GQA 7:1), the design's 1.5B (head_dim 128, 6:1), the 3B of NORA / QwenOFT (8:1).
+    "qwen2.5-0.5b": ModelConfig(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                                num_key_value_heads=2, intermediate_size=4864, vocab_size=151936),
     "qwen2.5-1.5b": ModelConfig(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
                                 num_key_value_heads=2, intermediate_size=8960, vocab_size=151936),
+    "qwen2.5-3b": ModelConfig(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
+                              num_key_value_heads=2, intermediate_size=11008, vocab_size=151936),
 }
