@@ -4,6 +4,8 @@
 # One device call, parameterised (replaces the dated per-call scripts gpu_call2/gpu_call4/gpu_final.sh of
 # 2026-11-30, whose numbers are in BENCHMARKS.md). Steps run in the order given:
 #   STEPS="tests micro models t15b bench sms peers"  KINDS="bf16 awq bf16-parallel awq-parallel"  bash bench/gpu_run.sh
+#   PRESET=qwen2.5-0.5b | qwen2.5-1.5b (default) | qwen2.5-3b picks the shape of models / bench / sms (JSON names carry
+#   it: cb_<preset>_<kind>.json); tshape runs the slow full-depth test of that shape (0.5B, 1.5B)
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
 #   micro  prefill GEMMs alone, kernels/gemm.cu vs the previous ones (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro.json
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
@@ -24,6 +26,13 @@ for step in ${STEPS:-tests models bench peers}; do
   tests) say "tests"; gpu_tests 8 ;;
   micro) say "gemm micro"; timeout 240 $PY dev/cuda/gemm_micro.py --json "$OUT/gemm_micro.json" 2>&1 | tail -n 40 ;;
   models) say "models"; make_models ;;
+  tshape)
+    say "$PRESET full-depth tests"
+    tag=$(echo "$PRESET" | sed 's/qwen2.5-//; s/\.//'); up=$(echo "$tag" | tr a-z A-Z)
+    env VLA_EDGE_${up}_DIR_BF16=$M/bf16 VLA_EDGE_${up}_DIR_AWQ=$M/awq VLA_EDGE_${up}_DIR_BF16_PARALLEL=$M/bf16-parallel \
+    VLA_EDGE_${up}_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
+      -m slow -k "qwen$tag" --junitxml="$OUT/tests_$tag.xml" 2>&1 | grep -E "0.5B|1.5B|passed|failed|Error|assert" \
+      | tail -n 12 ;;
   t15b)
     say "1.5B tests"
     VLA_EDGE_15B_DIR_BF16=$M/bf16 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_BF16_PARALLEL=$M/bf16-parallel \
@@ -34,13 +43,13 @@ for step in ${STEPS:-tests models bench peers}; do
       say "chunk_bench $k"
       extra=""; [ "${BREAKDOWN:-0}" = 1 ] && extra="--breakdown"
       timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks "$CHUNKS" $extra \
-        --json "$OUT/cb_$k.json" 2>&1 | grep -E "chunk \(|decode pass|chunk bytes|vision /|BREAKDOWN|Error|error"
+        --json "$OUT/cb_${PRESET}_$k.json" 2>&1 | grep -E "chunk \(|decode pass|chunk bytes|vision /|BREAKDOWN|Error|error"
     done ;;
   sms)
     for n in ${SMS:-8 16}; do for k in ${SMS_KINDS:-awq-parallel bf16-parallel}; do
       say "chunk_bench $k on $n SMs"
       timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks 30 --sms "$n" \
-        --json "$OUT/cb_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|Error|error"
+        --json "$OUT/cb_${PRESET}_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|Error|error"
     done; done ;;
   peers)
     say "torch peer bf16, HEAD_ROWS=256"

@@ -1,10 +1,12 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the bench/gpu_*.sh device scripts: the shared set-up of one device call.
-#   OUT (JSON/XML/logs), PY, M (the generated models), say, gpu_tests, make_models, cb
+#   OUT (JSON/XML/logs), PY, PRESET (the model shape, default qwen2.5-1.5b), M (its generated models), say, gpu_tests,
+#   make_models, cb
 OUT=${OUT:-/tmp/vla_out}
 PY=${PY:-python3}
-M=${MODELS:-/tmp/vla_models}
+PRESET=${PRESET:-qwen2.5-1.5b}
+M=${MODELS:-/tmp/vla_models/$PRESET}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$M"
 
@@ -16,11 +18,11 @@ gpu_tests() {
     --junitxml="$OUT/tests_tiny.xml" 2>&1 | tail -n "${1:-6}"
 }
 
-# The qwen2.5-1.5b models of every kind in $M: bf16 and awq (the same seed-0 weights, rounded), and the two
+# The $PRESET models of every kind in $M: bf16 and awq (the same seed-0 weights, rounded), and the two
 # parallel-decoding dirs, which share those weights (links) and differ only in config.json.
 make_models() {
-  [ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --out "$M/bf16" | tail -n 1
-  [ -d "$M/awq" ] || $PY -m vla_edge_ros.tools.make_model --preset qwen2.5-1.5b --seed 0 --quant awq --out "$M/awq" \
+  [ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset "$PRESET" --seed 0 --out "$M/bf16" | tail -n 1
+  [ -d "$M/awq" ] || $PY -m vla_edge_ros.tools.make_model --preset "$PRESET" --seed 0 --quant awq --out "$M/awq" \
     | tail -n 1
   for k in bf16 awq; do
     local d="$M/$k-parallel"

@@ -22,9 +22,6 @@
 // attn_combine merges up to 128 split partials (log-sum-exp) into the [T, NH*D] output (fp32 and bf16).
 #include "common.cuh"
 
-#define DH 128
-#define HALF 64
-#define LDS (DH + 8)
 #define ATT_TILE 32
 #define ATT_ROWS 64
 #define NEG_BIG (-1e30f)
@@ -48,24 +45,44 @@ __device__ __forceinline__ void att_cp_async16(bf16_t* smem, const void* gmem, i
 __device__ __forceinline__ void att_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void att_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
-// One K row chunk pair (dims c*8..c*8+7 and 64+c*8..) with its cos/sin, in registers until rotated into Ks.
+// Head dim DH (64 or 128: the instances at the end): HALF = DH / 2 rotates against the other half, a shared-memory
+// row is LDS = DH + 8 bf16 (16 bytes of padding: conflict-free ldmatrix). A 32-key K tile is 32 x HALF/8 chunk pairs
+// (KU a thread of 128), its V tile 32 x DH/8 chunks (VU a thread); Q's 64 rows are loaded QIT rows a thread.
+template <int DH>
+struct AttShape {
+    static constexpr int HALF = DH / 2, LDS = DH + 8;
+    static constexpr int CPH = HALF / 8;             // 16-byte chunks a half-row
+    static constexpr int KU = ATT_TILE * CPH / 128;  // K chunk pairs a thread per tile
+    static constexpr int KSTEP = 128 / CPH;          // rows between a thread's K pairs
+    static constexpr int VCH = DH / 8;               // 16-byte chunks a V row
+    static constexpr int VU = ATT_TILE * VCH / 128;  // V chunks a thread per tile
+    static constexpr int VSTEP = 128 / VCH;
+    static constexpr int QIT = ATT_ROWS / KSTEP;     // Q rows a thread
+    static_assert(DH == 64 || DH == 128, "head_dim 64 or 128");
+};
+
+// One K row chunk pair (dims c*8..c*8+7 and HALF+c*8..) with its cos/sin, in registers until rotated into Ks.
 struct KPre {
     uint4 lo, hi;
     float4 c0, c1, s0, s1;
 };
 
+template <int DH>
 __device__ __forceinline__ void load_k(KPre& p, const bf16_t* __restrict__ kc, const float* __restrict__ cosT,
                                        const float* __restrict__ sinT, size_t row, int j, int c) {
+    constexpr int HALF = DH / 2;
     const uint4* kp = (const uint4*)(kc + row * DH);
     p.lo = kp[c];
-    p.hi = kp[8 + c];
+    p.hi = kp[HALF / 8 + c];
     const float4* cp = (const float4*)(cosT + (size_t)j * HALF + c * 8);
     const float4* sn = (const float4*)(sinT + (size_t)j * HALF + c * 8);
     p.c0 = cp[0]; p.c1 = cp[1]; p.s0 = sn[0]; p.s1 = sn[1];
 }
 
 // Rotate (RoPE at the key's position) and store one prefetched K chunk pair into the Ks row.
+template <int DH>
 __device__ __forceinline__ void rope_store_k(bf16_t* krow, const KPre& p, int c) {
+    constexpr int HALF = DH / 2;
     const float x1[8] = {bflo(p.lo.x), bfhi(p.lo.x), bflo(p.lo.y), bfhi(p.lo.y),
                          bflo(p.lo.z), bfhi(p.lo.z), bflo(p.lo.w), bfhi(p.lo.w)};
     const float x2[8] = {bflo(p.hi.x), bfhi(p.hi.x), bflo(p.hi.y), bfhi(p.hi.y),
@@ -85,45 +102,51 @@ __device__ __forceinline__ void rope_store_k(bf16_t* krow, const KPre& p, int c)
 // Stage the keys j of the tile [j0, j0+32) into Ks (rotated) / Vs: keys in [lo, hi) are loaded; keys >= k_end are
 // zero-filled (they are masked, and V must stay finite); others are left untouched (filled by another call).
 // Used for a block's first tile only (split around PDL_WAIT); later tiles are prefetched one tile ahead.
-__device__ __forceinline__ void stage_tile(bf16_t (*Ks)[LDS], bf16_t (*Vs)[LDS], const bf16_t* __restrict__ kc,
+template <int DH>
+__device__ __forceinline__ void stage_tile(bf16_t (*Ks)[DH + 8], bf16_t (*Vs)[DH + 8], const bf16_t* __restrict__ kc,
                                            const bf16_t* __restrict__ vc, const int* __restrict__ order,
                                            const float* __restrict__ cosT, const float* __restrict__ sinT, int g,
                                            int cap, int j0, int lo, int hi, int k_end, int tid) {
-    KPre kp[2];
-    uint4 vv[4];
+    using A = AttShape<DH>;
+    constexpr int HALF = A::HALF;
+    KPre kp[A::KU];
+    uint4 vv[A::VU];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int e = tid + u * 128, kr = e >> 3, c = e & 7, j = j0 + kr;
-        if (j >= lo && j < hi) load_k(kp[u], kc, cosT, sinT, (size_t)g * cap + order[j], j, c);
+    for (int u = 0; u < A::KU; ++u) {
+        const int e = tid + u * 128, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
+        if (j >= lo && j < hi) load_k<DH>(kp[u], kc, cosT, sinT, (size_t)g * cap + order[j], j, c);
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        const int e = tid + u * 128, kr = e >> 4, c = e & 15, j = j0 + kr;
+    for (int u = 0; u < A::VU; ++u) {
+        const int e = tid + u * 128, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
         if (j >= lo && j < hi) vv[u] = ((const uint4*)(vc + ((size_t)g * cap + order[j]) * DH))[c];
     }
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-        const int e = tid + u * 128, kr = e >> 3, c = e & 7, j = j0 + kr;
+    for (int u = 0; u < A::KU; ++u) {
+        const int e = tid + u * 128, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
         if (j >= lo && j < hi) {
-            rope_store_k(Ks[kr], kp[u], c);
+            rope_store_k<DH>(Ks[kr], kp[u], c);
         } else if (j >= k_end) {
             *(uint4*)&Ks[kr][c * 8] = make_uint4(0, 0, 0, 0);
             *(uint4*)&Ks[kr][HALF + c * 8] = make_uint4(0, 0, 0, 0);
         }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        const int e = tid + u * 128, kr = e >> 4, c = e & 15, j = j0 + kr;
+    for (int u = 0; u < A::VU; ++u) {
+        const int e = tid + u * 128, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
         if (j >= lo && j < hi) *(uint4*)&Vs[kr][c * 8] = vv[u];
         else if (j >= k_end) *(uint4*)&Vs[kr][c * 8] = make_uint4(0, 0, 0, 0);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc,
-                const bf16_t* __restrict__ vc, const int* __restrict__ order, const int* __restrict__ params, int q_off,
-                int T, int group, int cap, const float* __restrict__ cosT, const float* __restrict__ sinT,
-                float scale_log2, int bidir_from, float* __restrict__ part_o, float* __restrict__ part_ml) {
+template <int DH>
+__device__ __forceinline__ void attn_partial_body(
+    const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,
+    const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,
+    const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,
+    float* __restrict__ part_o, float* __restrict__ part_ml) {
+    using A = AttShape<DH>;
+    constexpr int HALF = A::HALF, LDS = A::LDS;
     __shared__ __align__(16) bf16_t Qs[ATT_ROWS][LDS];
     __shared__ __align__(16) bf16_t Ks[ATT_TILE][LDS];
     __shared__ __align__(16) bf16_t Vs[2][ATT_TILE][LDS];  // double-buffered: the next tile's V lands by cp.async
@@ -144,27 +167,30 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
 
     // ---- before the dependency wait: the first tile's old keys (complete before this pass began)
     if (k_begin < k_end)
-        stage_tile(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start), k_end, tid);
-    // the order entries of the second tile (order is constant inside the chunk): K rows kr0, kr0 + 16 (16-byte
-    // chunks ck and 8 + ck), V rows vr0 + 8u (chunk cv)
-    const int ck = tid & 7, kr0 = tid >> 3, cv = tid & 15, vr0 = tid >> 4;
-    int oK[2], oV[4];
+        stage_tile<DH>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start), k_end,
+                       tid);
+    // the order entries of the second tile (order is constant inside the chunk): K rows kr0 + KSTEP u (16-byte
+    // chunks ck and CPH + ck), V rows vr0 + VSTEP u (chunk cv)
+    const int ck = tid % A::CPH, kr0 = tid / A::CPH, cv = tid % A::VCH, vr0 = tid / A::VCH;
+    int oK[A::KU], oV[A::VU];
     {
         const int jt = k_begin + ATT_TILE;
 #pragma unroll
-        for (int u = 0; u < 2; ++u) oK[u] = (jt + kr0 + 16 * u < k_end) ? order[jt + kr0 + 16 * u] : 0;
+        for (int u = 0; u < A::KU; ++u)
+            oK[u] = (jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) oV[u] = (jt + vr0 + 8 * u < k_end) ? order[jt + vr0 + 8 * u] : 0;
+        for (int u = 0; u < A::VU; ++u)
+            oV[u] = (jt + vr0 + A::VSTEP * u < k_end) ? order[jt + vr0 + A::VSTEP * u] : 0;
     }
     PDL_WAIT();
 
     // ---- Q: rotate by the query position, scale by log2(e)/sqrt(D), to bf16 in shared memory (every load of a
     // thread issued before the first use: a thread's 4 rows share the column chunk ck)
     {
-        float4 xv[4][4], cs[4][4];
+        float4 xv[A::QIT][4], cs[A::QIT][4];
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int rl = kr0 + 16 * it, rr = rg * ATT_ROWS + rl;
+        for (int it = 0; it < A::QIT; ++it) {
+            const int rl = kr0 + A::KSTEP * it, rr = rg * ATT_ROWS + rl;
             if (rr < R) {
                 const int t = rr / group, hh = rr - t * group;
                 const float4* qp = (const float4*)(q + (size_t)t * q_stride + (size_t)(g * group + hh) * DH + ck * 8);
@@ -175,8 +201,8 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
             }
         }
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int rl = kr0 + 16 * it, rr = rg * ATT_ROWS + rl;
+        for (int it = 0; it < A::QIT; ++it) {
+            const int rl = kr0 + A::KSTEP * it, rr = rg * ATT_ROWS + rl;
             float o1[8], o2[8];
             if (rr < R) {
                 const float x1[8] = {xv[it][0].x, xv[it][0].y, xv[it][0].z, xv[it][0].w,
@@ -202,7 +228,8 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
     }
     // ---- after the wait: the first tile's new keys (j >= q_start), written by the previous kernel
     if (k_begin < k_end && k_begin + ATT_TILE > q_start && k_end > q_start)
-        stage_tile(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end, k_end, tid);
+        stage_tile<DH>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end, k_end,
+                       tid);
     __syncthreads();
 
     const bool active = (rg * ATT_ROWS + warp * 16) < R;
@@ -213,9 +240,9 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
         for (int ks = 0; ks < DH / 16; ++ks) ldsm_x4(qf[ks], &Qs[warp * 16 + lrow + (lsel & 1) * 8][ks * 16 + (lsel >> 1) * 8]);
     }
     float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.f, l1 = 0.f;
-    float O[16][4];
+    float O[DH / 8][4];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.f;
+    for (int i = 0; i < DH / 8; ++i) O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.f;
     const int rowA = rg * ATT_ROWS + warp * 16 + r, rowB = rowA + 8;
     const int tA = rowA / group, tB = rowB / group;
     const int limA = rowA < R ? (tA >= bidir_from ? n_keys - 1 : q_start + tA) : -1;
@@ -227,26 +254,28 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
         // the order entries of the tile after it; they land while this tile is computed
         const int jn = j0 + ATT_TILE;
         const bool nxt = jn < k_end;  // block-uniform
-        KPre kp[2];
+        KPre kp[A::KU];
         if (nxt) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int j = jn + vr0 + 8 * u;
-                bf16_t* dst = &Vs[buf ^ 1][vr0 + 8 * u][cv * 8];
+            for (int u = 0; u < A::VU; ++u) {
+                const int j = jn + vr0 + A::VSTEP * u;
+                bf16_t* dst = &Vs[buf ^ 1][vr0 + A::VSTEP * u][cv * 8];
                 if (j < k_end) att_cp_async16(dst, vc + ((size_t)g * cap + oV[u]) * DH + cv * 8, 16);
                 else att_cp_async16(dst, vc, 0);
             }
             att_cp_async_commit();
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int j = jn + kr0 + 16 * u;
-                if (j < k_end) load_k(kp[u], kc, cosT, sinT, (size_t)g * cap + oK[u], j, ck);
+            for (int u = 0; u < A::KU; ++u) {
+                const int j = jn + kr0 + A::KSTEP * u;
+                if (j < k_end) load_k<DH>(kp[u], kc, cosT, sinT, (size_t)g * cap + oK[u], j, ck);
             }
             const int jt = jn + ATT_TILE;
 #pragma unroll
-            for (int u = 0; u < 2; ++u) oK[u] = (jt + kr0 + 16 * u < k_end) ? order[jt + kr0 + 16 * u] : 0;
+            for (int u = 0; u < A::KU; ++u)
+                oK[u] = (jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
 #pragma unroll
-            for (int u = 0; u < 4; ++u) oV[u] = (jt + vr0 + 8 * u < k_end) ? order[jt + vr0 + 8 * u] : 0;
+            for (int u = 0; u < A::VU; ++u)
+                oV[u] = (jt + vr0 + A::VSTEP * u < k_end) ? order[jt + vr0 + A::VSTEP * u] : 0;
         }
 
         if (active) {
@@ -298,7 +327,7 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
             l0 = l0 * cr0 + ps0;
             l1 = l1 * cr1 + ps1;
 #pragma unroll
-            for (int nd = 0; nd < 16; ++nd) {
+            for (int nd = 0; nd < DH / 8; ++nd) {
                 O[nd][0] *= cr0;
                 O[nd][1] *= cr0;
                 O[nd][2] *= cr1;
@@ -311,7 +340,7 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
                 const unsigned a2 = pack_bf2(S[2 * kk + 1][0], S[2 * kk + 1][1]);
                 const unsigned a3 = pack_bf2(S[2 * kk + 1][2], S[2 * kk + 1][3]);
 #pragma unroll
-                for (int p = 0; p < 8; ++p) {
+                for (int p = 0; p < DH / 16; ++p) {
                     unsigned b[4];
                     ldsm_x4_t(b, &Vb[kk * 16 + (lsel & 1) * 8 + lrow][(2 * p + (lsel >> 1)) * 8]);
                     mma_bf16_16816(O[2 * p], a0, a1, a2, a3, b[0], b[1]);
@@ -323,10 +352,10 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
         if (nxt) {
             // ---- the next tile's K: rotate and store (zeros past k_end); its V has landed once the group is waited
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int kr = kr0 + 16 * u, j = jn + kr;
+            for (int u = 0; u < A::KU; ++u) {
+                const int kr = kr0 + A::KSTEP * u, j = jn + kr;
                 if (j < k_end) {
-                    rope_store_k(Ks[kr], kp[u], ck);
+                    rope_store_k<DH>(Ks[kr], kp[u], ck);
                 } else {
                     *(uint4*)&Ks[kr][ck * 8] = make_uint4(0, 0, 0, 0);
                     *(uint4*)&Ks[kr][HALF + ck * 8] = make_uint4(0, 0, 0, 0);
@@ -351,16 +380,17 @@ attn_partial(const float* __restrict__ q, int q_stride, const bf16_t* __restrict
         part_ml[(pb + 8) * 2 + 1] = l1;
     }
 #pragma unroll
-    for (int nd = 0; nd < 16; ++nd) {
+    for (int nd = 0; nd < DH / 8; ++nd) {
         *(float2*)&part_o[pb * DH + nd * 8 + qd * 2] = make_float2(O[nd][0], O[nd][1]);
         *(float2*)&part_o[(pb + 8) * DH + nd * 8 + qd * 2] = make_float2(O[nd][2], O[nd][3]);
     }
 }
 
-// One block per row (128 threads = head dims).
-extern "C" __global__ void __launch_bounds__(128)
-attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,
-                int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_bf) {
+// One block per row (DH threads = head dims).
+template <int DH>
+__device__ __forceinline__ void attn_combine_body(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                                  int nrg, int nsplit, int T, int group, int out_stride,
+                                                  float* __restrict__ out, bf16_t* __restrict__ out_bf) {
     __shared__ float sm[MAX_SPLITS], sl[MAX_SPLITS], sw[MAX_SPLITS];
     PDL_ENTRY();
     const int rowid = blockIdx.x, d = threadIdx.x;
@@ -392,3 +422,21 @@ attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml
     out[oi] = v;
     if (out_bf != nullptr) out_bf[oi] = f2bf(v);
 }
+
+#define ATT_INSTANCES(D)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) attn_partial_##D(                                          \
+        const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,  \
+        const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,      \
+        const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,        \
+        float* __restrict__ part_o, float* __restrict__ part_ml) {                                                \
+        attn_partial_body<D>(q, q_stride, kc, vc, order, params, q_off, T, group, cap, cosT, sinT, scale_log2,    \
+                             bidir_from, part_o, part_ml);                                                        \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(D) attn_combine_##D(                                            \
+        const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,          \
+        int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_bf) {                        \
+        attn_combine_body<D>(part_o, part_ml, nrg, nsplit, T, group, out_stride, out, out_bf);                    \
+    }
+
+ATT_INSTANCES(64)
+ATT_INSTANCES(128)

@@ -158,17 +158,21 @@ __device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W,
 // Decode GEMVs (gemv.cu): lane l of a warp holds x[8c .. 8c+7] for c = l + 32u (u < KV).
 // Loads x and ln (after PDL_WAIT; both L2 hits) and leaves xr = x * ln; returns inv = rsqrt(mean(x^2) + eps), which
 // the caller applies to each finished dot product: rms_norm(x) . w = inv * ((x * ln) . w). ln is consumed chunk by
-// chunk, so it never occupies registers next to the weights in flight. The warp holds all K = 256*KV values of x.
+// chunk, so it never occupies registers next to the weights in flight. The warp holds all K <= 256*KV values of x
+// (K a multiple of 8; chunks c >= K/8 are zero).
 template <int KV>
 __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln,
                                                   int lane, int K, float eps, float (&xr)[KV][8]) {
     float ss = 0.f;
+    const int nv = K >> 3;
 #pragma unroll
     for (int u = 0; u < KV; ++u) {
         const int c = lane + 32 * u;
+        const bool ok = c < nv;
         const float4* p = (const float4*)(x + 8 * c);
-        const float4 a = __ldg(p), b = __ldg(p + 1);
-        const uint4 l = __ldg((const uint4*)ln + c);
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 a = ok ? __ldg(p) : z, b = ok ? __ldg(p + 1) : z;
+        const uint4 l = ok ? __ldg((const uint4*)ln + c) : make_uint4(0, 0, 0, 0);
         const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         const float lf[8] = {bflo(l.x), bfhi(l.x), bflo(l.y), bfhi(l.y), bflo(l.z), bfhi(l.z), bflo(l.w), bfhi(l.w)};
 #pragma unroll

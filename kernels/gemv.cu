@@ -22,7 +22,10 @@
 // element).
 // Kernel names: gemv_{bf16,w4}_{qkv,gateup,proj}_<KV>, KV = chunks a lane holds per K segment (segment = 256*KV
 // elements). q/k/v and gate/up take the whole row in one segment (the norm needs all of x), so hidden sizes up to
-// 256*8 = 2048 are supported; the backend refuses larger ones at start-up. Twins: ops.rms_norm, ops.linear (+ bias,
+// 256*8 = 2048 are supported; the backend refuses larger ones at start-up. K need not fill the segments: any K that is
+// a multiple of 128 (hidden 896 = 3.5 x 256, FFN 4864 = 19 x 256) runs, the last segment holding nv = (K - off) / 8
+// < 32*KV chunks; a lane's chunks c >= nv are zero-filled in the ring (cp.async with src-size 0) and zero in x, so
+// the dot products need no branch. Twins: ops.rms_norm, ops.linear (+ bias,
 // + residual) on the weights (QuantTensor.dequantize() for 4-bit), ops.silu_mul; the q/k/v kernel also writes k/v
 // (bf16) into the token's slot of the cache.
 #include "common.cuh"
@@ -58,12 +61,22 @@ __device__ __forceinline__ void gv_cp4(void* dst, const void* src) {
 __device__ __forceinline__ void gv_cp16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(gv_smem_addr(dst)), "l"(src) : "memory");
 }
+// src_bytes 0: nothing is read, the 16 (4) bytes are zero-filled (a chunk past the row's end)
+__device__ __forceinline__ void gv_cp16z(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(gv_smem_addr(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void gv_cp4z(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(gv_smem_addr(dst)), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void gv_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void gv_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // ---- the weight formats: a row segment of 256*KV elements in a warp's ring slot --------------------------------------
-// issue: lane's copies of row m, elements off .. off + 256*KV, into `slot`; dot: that slot . x (lane's part).
+// issue: lane's copies of row m, elements off .. off + 256*KV, into `slot` (chunks c >= nv zero-filled: past the end
+// of the row); dot: that slot . x (lane's part).
 struct Bf16W {
     const bf16_t* W;
     static constexpr int NS = GV_NS_BF16, RB_QKV = 1, RB_PAIRS = 1, RB_PROJ = 1;
@@ -74,11 +87,15 @@ struct Bf16W {
     __device__ __forceinline__ Bf16W rows_from(int m0, int K) const { return {W + (size_t)m0 * K}; }
 
     template <int KV>
-    __device__ __forceinline__ void issue(int K, int off, int m, unsigned char* slot, int lane) const {
-        const uint4* p = (const uint4*)(W + (size_t)m * K + off) + lane;
+    __device__ __forceinline__ void issue(int K, int off, int nv, int m, unsigned char* slot, int lane) const {
+        const uint4* p = (const uint4*)(W + (size_t)m * K + off);
         uint4* s = (uint4*)slot + lane;
 #pragma unroll
-        for (int u = 0; u < KV; ++u) gv_cp16(s + 32 * u, p + 32 * u);
+        for (int u = 0; u < KV; ++u) {
+            const int c = lane + 32 * u;
+            if (32 * (u + 1) <= nv) gv_cp16(s + 32 * u, p + c);  // warp-uniform: the whole row part is there
+            else gv_cp16z(s + 32 * u, p + (c < nv ? c : 0), c < nv ? 16 : 0);
+        }
     }
 
     template <int KV>
@@ -113,12 +130,20 @@ struct Q4W {
     }
 
     template <int KV>
-    __device__ __forceinline__ void issue(int K, int off, int m, unsigned char* slot, int lane) const {
-        const unsigned* q = Q + (size_t)m * (K / 8) + off / 8 + lane;
+    __device__ __forceinline__ void issue(int K, int off, int nv, int m, unsigned char* slot, int lane) const {
+        const unsigned* q = Q + (size_t)m * (K / 8) + off / 8;
         unsigned* s = (unsigned*)slot;
 #pragma unroll
-        for (int u = 0; u < KV; ++u) gv_cp4(s + lane + 32 * u, q + 32 * u);
-        if (lane < 2 * KV) gv_cp4(s + 32 * KV + lane, SZ + (size_t)m * (K / 128) + off / 128 + lane);
+        for (int u = 0; u < KV; ++u) {
+            const int c = lane + 32 * u;
+            if (32 * (u + 1) <= nv) gv_cp4(s + c, q + c);  // warp-uniform
+            else gv_cp4z(s + c, q + (c < nv ? c : 0), c < nv ? 4 : 0);
+        }
+        if (lane < 2 * KV) {  // the segment's groups of 128 (16 chunks each; nv is a multiple of 16)
+            const unsigned* sz = SZ + (size_t)m * (K / 128) + off / 128;
+            const bool ok = 16 * lane < nv;
+            gv_cp4z(s + 32 * KV + lane, sz + (ok ? lane : 0), ok ? 4 : 0);
+        }
     }
 
     template <int KV>
@@ -143,11 +168,13 @@ struct Q4W {
 
 // ---- x in registers -----------------------------------------------------------------------------------------------
 template <int KV>
-__device__ __forceinline__ void gv_load_x(const float* __restrict__ x, int lane, float (&xr)[KV][8]) {
+__device__ __forceinline__ void gv_load_x(const float* __restrict__ x, int lane, int nv, float (&xr)[KV][8]) {
 #pragma unroll
     for (int u = 0; u < KV; ++u) {
-        const float4* p = (const float4*)(x + 8 * (lane + 32 * u));
-        const float4 a = __ldg(p), b = __ldg(p + 1);
+        const int c = lane + 32 * u;
+        const float4* p = (const float4*)(x + 8 * c);
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 a = c < nv ? __ldg(p) : z, b = c < nv ? __ldg(p + 1) : z;
         xr[u][0] = a.x; xr[u][1] = a.y; xr[u][2] = a.z; xr[u][3] = a.w;
         xr[u][4] = b.x; xr[u][5] = b.y; xr[u][6] = b.z; xr[u][7] = b.w;
     }
@@ -188,7 +215,7 @@ __device__ __forceinline__ GvRing<F, KV, ROWS> gv_ring(unsigned char* smem) {
     return {smem + (size_t)(threadIdx.x >> 5) * F::NS * GvRing<F, KV, ROWS>::kSlot};
 }
 
-// q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K = 256*KV (one segment).
+// q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K <= 256*KV (one segment).
 template <class F, int KV, int RB>
 __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
                                               const F W, const float* __restrict__ bias, int K, int NQ, int NKVD,
@@ -200,12 +227,13 @@ __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const
     const int nw = gridDim.x * GV_WARPS;
     const int N = NQ + 2 * NKVD;
     const int n0 = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
+    const int nv = K / 8;  // one segment: all of the row
     const auto ring = gv_ring<F, KV, RB>(smem);
     auto issue = [&](int it) {
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             const int m = n0 + (it * RB + r) * nw;
-            if (m < N) W.template issue<KV>(K, 0, m, ring.row(it, r), lane);
+            if (m < N) W.template issue<KV>(K, 0, nv, m, ring.row(it, r), lane);
         }
         gv_commit();
     };
@@ -259,14 +287,15 @@ __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, co
     const int nw = gridDim.x * GV_WARPS;
     const F Wu = W.rows_from(I, K);
     const int i0 = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
+    const int nv = K / 8;  // one segment: all of the row
     const auto ring = gv_ring<F, KV, 2 * RB>(smem);
     auto issue = [&](int it) {
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             const int m = i0 + (it * RB + r) * nw;
             if (m < I) {
-                W.template issue<KV>(K, 0, m, ring.row(it, 2 * r), lane);
-                Wu.template issue<KV>(K, 0, m, ring.row(it, 2 * r + 1), lane);
+                W.template issue<KV>(K, 0, nv, m, ring.row(it, 2 * r), lane);
+                Wu.template issue<KV>(K, 0, nv, m, ring.row(it, 2 * r + 1), lane);
             }
         }
         gv_commit();
@@ -302,7 +331,7 @@ __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, co
     gv_wait<0>();
 }
 
-// y[n] += W[n] . a (o / down projection + residual), K split into S = K / (256*KV) segments.
+// y[n] += W[n] . a (o / down projection + residual), K split into S = ceil(K / (256*KV)) segments.
 template <class F, int KV, int RB>
 __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, const F W, int K, int N,
                                                float* __restrict__ y, int S, unsigned char* smem) {
@@ -310,14 +339,15 @@ __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, cons
     const int gw = blockIdx.x * GV_WARPS + (threadIdx.x >> 5);
     const int G = (gridDim.x * GV_WARPS) / S;  // warps per segment
     const int seg = gw % S, off = seg * 256 * KV;
+    const int nv = min(32 * KV, (K - off) / 8);  // chunks of this segment (the last one may be partial)
     const int n0 = gw / S;
-    const bool has = n0 < G && n0 < N;  // warp-uniform
+    const bool has = n0 < G && n0 < N && nv > 0;  // warp-uniform
     const auto ring = gv_ring<F, KV, RB>(smem);
     auto issue = [&](int it) {
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             const int m = n0 + (it * RB + r) * G;
-            if (has && m < N) W.template issue<KV>(K, off, m, ring.row(it, r), lane);
+            if (has && m < N) W.template issue<KV>(K, off, nv, m, ring.row(it, r), lane);
         }
         gv_commit();
     };
@@ -329,7 +359,7 @@ __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, cons
         return;
     }
     float xr[KV][8], xs[KV];
-    gv_load_x<KV>(a + off, lane, xr);
+    gv_load_x<KV>(a + off, lane, nv, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; n0 + it * RB * G < N; ++it) {
         gv_wait<F::NS - 2>();

@@ -24,6 +24,7 @@ H100_SMS = 132  # the SM count used when none is given (H100/H200); it only size
 # 16 and 8; BENCHMARKS.md, issue 18)
 DECODE_SPLITS = 64
 MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
+TEXT_ROWS_ALIGN = 128  # the full LM head of text_logits is padded to this many rows (the bf16 prefill GEMM's block)
 ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
 _DTYPE_BYTES = {"float32": 4, "uint16": 2, "int32": 4, "uint8": 1, "uint32": 4}
 
@@ -40,19 +41,32 @@ def _align(n: int, a: int = 256) -> int:
     return (n + a - 1) // a * a
 
 
+ATTN_HEAD_DIMS = (64, 128)  # the attention kernel's instances (kernels/attention.cu attn_partial_<D>)
+SHAPE_QUANTUM = 128  # hidden, FFN, q/k/v and o sizes: the 4-bit group and the prefill GEMM's K step / 4-bit block
+
+
 def cuda_shape_problems(cfg) -> list[str]:
-    """Why the CUDA kernels cannot run this config (empty when they can). The kernels are written for the
-    Qwen2.5 family's small members: head_dim 128, hidden <= 2048, sizes in multiples of 256."""
+    """Why the CUDA kernels cannot run this config (empty when they can). Every published Qwen2 / Qwen2.5 size up to
+    3B runs (hidden 896 / 1536 / 2048, head_dim 64 or 128, GQA 7:1 / 6:1 / 8:1, FFN 4864 / 8960 / 11008): head_dim 64
+    or 128, hidden and FFN multiples of 128 with hidden <= 2048, q/k/v and o widths multiples of 128, at most 16 query
+    heads per KV head."""
     H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
+    NH, NKV = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
+    q = SHAPE_QUANTUM
     problems = []
-    if D != 128:
-        problems.append(f"head_dim {D} (the attention kernel is written for 128)")
-    if H % 256 or I % 256:
-        problems.append(f"hidden_size {H} / intermediate_size {I} must be multiples of 256")
+    if D not in ATTN_HEAD_DIMS:
+        problems.append(f"head_dim {D} (the attention kernel is built for {' and '.join(map(str, ATTN_HEAD_DIMS))})")
+    if H % q or I % q:
+        problems.append(f"hidden_size {H} / intermediate_size {I} must be multiples of {q}")
     if H > MAX_HIDDEN:
         problems.append(f"hidden_size {H} > {MAX_HIDDEN} (a decode GEMV warp holds a whole row of x)")
-    if (cfg.num_attention_heads // cfg.num_key_value_heads) * VISION_TOKENS > 64 * 8:
-        problems.append("more than 16 query heads per KV head")
+    if NKV <= 0 or NH % NKV:
+        problems.append(f"{NH} query heads are not a multiple of {NKV} KV heads")
+    else:
+        if (NH + 2 * NKV) * D % q or NH * D % q:
+            problems.append(f"q/k/v width {(NH + 2 * NKV) * D} / attention width {NH * D} must be multiples of {q}")
+        if (NH // NKV) * VISION_TOKENS > 64 * 8:
+            problems.append("more than 16 query heads per KV head")
     return problems
 
 
@@ -142,6 +156,13 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     return Layout(rows=rows, tokens=tokens, decode_passes=0 if parallel else ACTION_TOKENS,
                   decode_splits=DECODE_SPLITS, prefill_splits=prefill_splits,
                   buffers={**activations, **workspace}, parts=parts)
+
+
+def text_head_bytes(cfg, rows: int = 48) -> int:
+    """Device bytes CudaBackend.text_logits adds on its first call (never part of the robot chunk's plan): the full LM
+    head in bf16, padded to TEXT_ROWS_ALIGN rows, and its fp32 logits for one GEMM row block."""
+    vp = _align(int(cfg.vocab_size), TEXT_ROWS_ALIGN)
+    return 2 * vp * int(cfg.hidden_size) + 4 * rows * vp
 
 
 def vram_plan(cfg, capacity: int, sms: int = H100_SMS) -> dict[str, int]:

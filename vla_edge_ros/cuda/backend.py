@@ -22,6 +22,14 @@ Weights: bf16, or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear
 kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
 the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
+
+Text (``text_logits``, for vla-edge-generate and the real-weight gates): full-vocabulary logits of a token sequence,
+outside the chunk graph (plain and PDL launches on the same stream): prefill in blocks of 32 rows through the same
+layers, decode (one token) through the GEMV pass, the full LM head (all V rows, bf16) through the bf16 prefill GEMM
+or, for one token, the head GEMV. The head and its logits buffer (vram_plan.text_head_bytes: 0.27 GiB for the 0.5B
+shape) are uploaded on the first text_logits call, so the robot chunk's VRAM plan does not change. Text shares the KV
+cache with the robot chunk (slot == position): a text call overwrites slots start..start+T-1, so load the prompt
+again before the next run_chunk.
 """
 from __future__ import annotations
 
@@ -36,8 +44,8 @@ from ..contract import BackendResult, PhaseTimings
 from ..model import ops
 from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
 from ..model.weights import action_queries
-from ..vram_plan import (GIB, VramPlanError, check_cuda_shape, check_vram_plan, in_layout,  # noqa: F401
-                         layout, out_layout)
+from ..vram_plan import (GIB, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape, check_vram_plan,  # noqa: F401
+                         in_layout, layout, out_layout, text_head_bytes)
 from .kernels import Kernels
 from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
                      stamp, vision_encode)
@@ -122,6 +130,8 @@ class CudaBackend:
         self.head_act = cp.asarray(np.ascontiguousarray(w.head[self.V0:]))
         self.emb_act = self.head_act if w.lm_head is None else cp.asarray(np.ascontiguousarray(w.embed[self.V0:]))
         self.embed_host = w.embed  # host copy: prompt and start-token rows are gathered on the CPU
+        self.head_host = w.head  # all V rows (bf16), uploaded by the first text_logits call only
+        self._text = None
         self.patch_w = cp.asarray(w.vision.patch_w)
         self.patch_b = cp.asarray(w.vision.patch_b)
         self.pos_embed = cp.asarray(w.vision.pos_embed)
@@ -362,6 +372,107 @@ class CudaBackend:
         if collect_logits:
             res.logits = cupy.asnumpy(self.logits)
         return res
+
+    # --------------------------------------------------------------------------------- text (not in the graph)
+    def _text_setup(self):
+        """The full LM head on the device (padded to TEXT_ROWS_ALIGN rows with zeros), its logits buffer and the
+        head's scratch (ticket, argmax outputs): allocated on the first text_logits call only."""
+        if self._text is not None:
+            return self._text
+        cp = cupy
+        V, H = self.cfg.vocab_size, self.H
+        vp = -(-V // TEXT_ROWS_ALIGN) * TEXT_ROWS_ALIGN
+        head = cp.zeros((vp, H), cp.uint16)
+        head[:V].set(np.ascontiguousarray(self.head_host, dtype=np.uint16))
+        rows = self.lay.rows
+        self._text = {
+            "vp": vp, "head": head, "gemm": Gemm(self.k, "bf16", rows),
+            "logits": cp.zeros((rows, vp), cp.float32), "ticket": cp.zeros(1, cp.int32),
+            "tokidx": cp.zeros(1, cp.int32), "tokens": cp.zeros(ACTION_TOKENS, cp.int32),
+            "bytes": text_head_bytes(self.cfg, rows),
+        }
+        self._note_peak()
+        return self._text
+
+    def _text_decode(self, pos: int):
+        """One token (its embedding row in start_dev) at position pos (slot pos) through the decode GEMV pass."""
+        H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
+        NQ, NKVD, D, cap = self.NQ, self.NKVD, self.D, self.capacity
+        go, g, gv = self.launch, self.gemv, self.gemv_launch
+        q_off = i32(0)
+        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, H, self.xdec, run=go)
+        for li, lw in enumerate(self.layers):
+            kc, vc = self.kc[li], self.vc[li]
+            gv.qkv(self.xdec, lw["ln1"], eps, self._w(lw["wqkv"]), lw["bqkv"], H, NQ, NKVD, self.qdec, kc, vc,
+                   self.order_dev, self.params_dev, q_off, cap, D, g["qkv"]["blocks"], run=go)
+            attention(self.k, self.qdec, NQ, kc, vc, self.order_dev, self.params_dev, q_off, 1, self.NKV, self.group,
+                      cap, self.cos, self.sin, 1, self.lay.decode_splits, self.part_o, self.part_ml, self.attdec,
+                      run=go)
+            gv.proj(self.attdec, self._w(lw["wo"]), NQ, H, self.xdec, g["o"]["kv"], g["o"]["blocks"], run=go)
+            gv.gateup(self.xdec, lw["ln2"], eps, self._w(lw["wgu"]), H, I, self.act, g["gateup"]["blocks"], run=go)
+            gv.proj(self.act, self._w(lw["wd"]), I, H, self.xdec, g["down"]["kv"], g["down"]["blocks"], run=go)
+
+    def text_logits(self, token_ids, start: int, last_only: bool = False) -> np.ndarray:
+        """Full-vocabulary logits (float32 [T, V], or [1, V] with last_only) of tokens token_ids at positions start ..
+        start+T-1, slot == position (identity order); each token attends causally to positions 0 .. its own; start 0
+        begins a new text (the twin: ReferenceModel.text_logits). Needs start + T <= capacity. T == 1 runs the decode
+        GEMV pass and the head GEMV; longer runs go through the prefill in blocks of 32 rows and the bf16 GEMM head."""
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        T, start = len(ids), int(start)
+        V = self.cfg.vocab_size
+        if T == 0 or start < 0 or start + T > self.capacity:
+            raise ValueError(f"tokens at positions {start}..{start + T - 1} do not fit a cache of {self.capacity}")
+        if ids.min() < 0 or ids.max() >= V:
+            raise ValueError(f"token id out of range 0..{V - 1}")
+        tx = self._text_setup()
+        s, rt = self.stream, cupy.cuda.runtime
+        s.synchronize()
+        self._set_order(np.arange(self.capacity, dtype=np.int32))
+        eps = f32(self.cfg.rms_norm_eps)
+        out = np.empty((1 if last_only else T, V), np.float32)
+        with s:
+            if T == 1:
+                self.h_params[0] = start
+                self.h_params[1] = -1  # embed_gather takes the start row
+                self.h_start[:] = self.embed_host[int(ids[0])]
+                rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
+                               rt.memcpyHostToDevice, s.ptr)
+                self.launch.barrier()
+                self._text_decode(start)
+                self.launch.barrier()
+                lm_head_argmax(self.k, self.xdec, self.norm, eps, self.H, tx["head"], tx["logits"][0], tx["ticket"],
+                               tx["tokidx"], tx["tokens"], 0, 0, run=self.launch)
+                out[0] = tx["logits"][0, :V].get(stream=s)
+                s.synchronize()
+                self._note_peak()
+                return out
+            emb = bf16_to_f32(self.embed_host[ids])
+            blk = VISION_TOKENS
+            for b0 in range(0, T, blk):
+                Tb = min(blk, T - b0)
+                self.h_params[0] = start + b0
+                self.h_params[1] = -1
+                x = np.zeros(self.x_pre.shape, np.float32)
+                x[:Tb] = emb[b0:b0 + Tb]
+                self.x_pre.set(x, stream=s)
+                rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
+                               rt.memcpyHostToDevice, s.ptr)
+                self.launch.barrier()
+                self._prefill_layers(Tb, Tb)
+                if last_only and b0 + Tb < T:
+                    continue
+                rmsnorm_bf16(self.k, self.x_pre, self.norm, eps, self.H, Tb, self.xb, run=self.launch,
+                             dependent=False)
+                tx["gemm"](self.xb, tx["head"], tx["vp"], self.H, "store", Y=tx["logits"], run=self.launch)
+                res = tx["logits"][:Tb, :V].get(stream=s)
+                s.synchronize()
+                if last_only:
+                    out[0] = res[Tb - 1]
+                else:
+                    out[b0:b0 + Tb] = res
+        s.synchronize()
+        self._note_peak()
+        return out
 
     def device_chunk_ms(self) -> float:
         """Device time of the last chunk from the first to the last stamp."""

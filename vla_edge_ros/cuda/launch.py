@@ -193,6 +193,7 @@ GEMV_RB = {"bf16": {"qkv": 1, "gateup": 1, "proj": 1}, "w4": {"qkv": 1, "gateup"
 GEMV_STAGES = {"bf16": 3, "w4": 4}
 PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
 GEMV_WARPS = 8  # 256 threads a block
+ATTN_HEAD_DIMS = (64, 128)  # the attn_partial_<D> / attn_combine_<D> instances kernels/attention.cu compiles
 
 
 def gemv_smem_bytes(fmt: str, op: str, kv: int, rb: int, stages: int) -> int:
@@ -243,19 +244,47 @@ class Gemv:
     def qkv(self, x, ln, eps, W, bias, H, NQ, NKVD, q, kc, vc, order, params, q_off, cap, D, blocks, run=None):
         """q = rms_norm(x) Wq^T + bq (fp32), K/V rows of the same into slot order[params[0] + q_off] (bf16)."""
         i = np.int32
-        self._go(run, "qkv", H // 256, blocks,
+        self._go(run, "qkv", gemv_kv(H), blocks,
                  (x, ln, np.float32(eps), *self._w(W), bias, i(H), i(NQ), i(NKVD), q, kc, vc, order, params, i(q_off),
                   i(cap), i(D)))
 
     def gateup(self, x, ln, eps, W, H, I, act, blocks, run=None):  # noqa: E741 - I: the intermediate size
         """act = silu(rms_norm(x) Wg^T) * (rms_norm(x) Wu^T), W = [gate rows; up rows] (2I rows)."""
         i = np.int32
-        self._go(run, "gateup", H // 256, blocks, (x, ln, np.float32(eps), *self._w(W), i(H), i(I), act))
+        self._go(run, "gateup", gemv_kv(H), blocks, (x, ln, np.float32(eps), *self._w(W), i(H), i(I), act))
 
     def proj(self, a, W, K, N, y, kv, blocks, run=None):
-        """y += a W^T (o / down projection + residual), K split into K / 256 / kv segments."""
+        """y += a W^T (o / down projection + residual), K split into ceil(K / (256 kv)) segments (the last one may
+        be partial)."""
         i = np.int32
-        self._go(run, "proj", kv, blocks, (a, *self._w(W), i(K), i(N), y, i(K // 256 // kv)))
+        self._go(run, "proj", kv, blocks, (a, *self._w(W), i(K), i(N), y, i(proj_segments(K, kv))))
+
+
+def gemv_kv(K: int) -> int:
+    """The instance (chunks of 256 a lane holds) of a one-segment GEMV (q/k/v, gate/up) over rows of K elements:
+    ceil(K / 256), the last chunks of a lane zero when K is not a multiple of 256 (K a multiple of 8)."""
+    return -(-int(K) // 256)
+
+
+def proj_segments(K: int, kv: int) -> int:
+    """K segments of 256 kv elements of an o / down GEMV (the last one partial when they do not divide K)."""
+    return -(-int(K) // (256 * int(kv)))
+
+
+PROJ_WASTE = 0.125  # the largest share of a split's lanes that may idle on a partial last segment
+
+
+def proj_kv(K: int, kv_max: int) -> int:
+    """Chunks a lane holds per K segment of an o / down GEMV: the largest kv <= kv_max whose segments waste at most
+    PROJ_WASTE of their lanes on the partial last one (an exact divisor of K / 256 wastes none: 1.5B's kv 3 / 7 / 5),
+    else the kv that wastes least."""
+    n8 = int(K) // 8
+
+    def waste(kv):
+        return (proj_segments(K, kv) * 32 * kv - n8) / (proj_segments(K, kv) * 32 * kv)
+
+    ok = [kv for kv in range(1, kv_max + 1) if waste(kv) <= PROJ_WASTE]
+    return max(ok) if ok else min(range(1, kv_max + 1), key=lambda kv: (waste(kv), -kv))
 
 
 def gemv_plan(gemv: Gemv, launcher: Launcher, H: int, I: int, NQKV: int, NQ: int, sms: int) -> dict:  # noqa: E741
@@ -263,13 +292,12 @@ def gemv_plan(gemv: Gemv, launcher: Launcher, H: int, I: int, NQKV: int, NQ: int
     the resident blocks (occupancy API, with the ring's shared memory), fewer when the rows run out."""
     plan = {}
     for key, K, N in (("qkv", H, NQKV), ("gateup", H, I), ("o", NQ, H), ("down", I, H)):
-        chunks = K // 256
         op = "proj" if key in ("o", "down") else key
         if op != "proj":
-            kv = chunks  # one segment: the warp needs all of x for the norm
+            kv = gemv_kv(K)  # one segment: the warp needs all of x for the norm
         else:
-            kv = max(d for d in range(1, PROJ_KV[gemv.fmt][key] + 1) if chunks % d == 0)
-        S = chunks // kv
+            kv = proj_kv(K, PROJ_KV[gemv.fmt][key])
+        S = proj_segments(K, kv)
         name = gemv.name(op, kv)
         per_sm = launcher.blocks_per_sm(name, 256, fallback=1, smem=gemv.smem(op, kv))
         units = math.ceil(N / gemv.rb[op]) * S
@@ -332,18 +360,21 @@ def stamp(kernels, ts, i, run=None):
 
 def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,
               part_o, part_ml, out, out_bf=None, run=None, dependent=True):
-    """Typed launcher of kernels/attention.cu for one layer: attn_partial over (nkv, row groups, nsplit) blocks,
-    then attn_combine into out [T, nkv*group*128] fp32 (and out_bf bf16 when given). Query t of q (row stride
+    """Typed launcher of kernels/attention.cu for one layer: attn_partial_<D> over (nkv, row groups, nsplit) blocks,
+    then attn_combine_<D> into out [T, nkv*group*D] fp32 (and out_bf bf16 when given); D = head_dim, read from the
+    cache's last axis (kc [nkv, cap, D]). Query t of q (row stride
     q_stride) has position params[0] + q_off + t; rows t >= bidir_from see every key of the call."""
     i = np.int32
-    D = 128
+    D = int(kc.shape[-1])
+    if D not in ATTN_HEAD_DIMS:
+        raise ValueError(f"no attention kernel for head_dim {D} (built: {ATTN_HEAD_DIMS})")
     nrg = -(-T * group // 64)
     scale = np.float32(np.log2(np.e) / np.sqrt(D))
-    calls = (("attn_partial", (nkv, nrg, nsplit),
+    calls = ((f"attn_partial_{D}", (nkv, nrg, nsplit), 128,
               (q, i(q_stride), kc, vc, order, params, i(q_off), i(T), i(group), i(cap), cos, sin, scale,
                i(bidir_from), part_o, part_ml)),
-             ("attn_combine", (nkv * nrg * 64,),
+             (f"attn_combine_{D}", (nkv * nrg * 64,), D,
               (part_o, part_ml, i(nrg), i(nsplit), i(T), i(group), i(nkv * group * D), out,
                np.uint64(0) if out_bf is None else out_bf)))
-    for name, grid, args in calls:
-        _launch(kernels, run, name, grid, (128,), args, dependent=dependent)
+    for name, grid, threads, args in calls:
+        _launch(kernels, run, name, grid, (threads,), args, dependent=dependent)
