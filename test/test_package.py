@@ -54,6 +54,8 @@ OPTIONAL = {
     "cuda": "cuda",
     "nvidia": "cuda",
     "tokenizers": "tokenizer",
+    "jinja2": "tokenizer",
+    "gguf": "gguf",
 }
 
 # rosdep key -> pip requirement name in setup.py install_requires (ROS packages come from the ROS install).

@@ -139,7 +139,7 @@ def test_config_file_matches_the_tables():
 def test_an_unreadable_model_dir_is_one_problem_not_a_traceback(tmp_path):
     # root reads through chmod 000, so the OSError comes from a name the kernel refuses (ENAMETOOLONG)
     path = str(tmp_path / ("x" * 5000))
-    assert P.check_model_dir(path)[0].startswith(f"model_path={path!r} cannot be read: OSError")
+    assert P.check_model_dir(path)[0].startswith(f"model_path={path!r}: cannot be read: OSError")
     with pytest.raises(P.ParamError, match="cannot be read"):
         P.validate_reasoning({"model_path": path})
 

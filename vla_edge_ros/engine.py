@@ -10,7 +10,6 @@ deadline and walk away from a late result.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 from dataclasses import dataclass, field
 
@@ -24,8 +23,8 @@ from .contract import (NON_FINITE_TOKEN, BackendResult, ChunkPlan, NonFiniteOutp
 from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
-from .model.config import ModelConfig
-from .model.weights import Weights, load_weights
+from .model.checkpoint import load_config, load_model
+from .model.weights import Weights
 from .realtime import set_realtime_priority
 
 DEFAULT_SYSTEM_PROMPT = "You are a robot controller. Look at the camera and output the next action."
@@ -65,31 +64,30 @@ def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: fl
     return ReferenceModel(weights, capacity)
 
 
-def system_prompt_ids(model_dir: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS) -> np.ndarray:
+def system_prompt_ids(model_path: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS) -> np.ndarray:
     """Token ids of the pinned system prompt.
 
-    With a `tokenizer.json` (and the `tokenizers` package) the default prompt text is encoded; a
-    generated model has none, so a fixed, deterministic id sequence stands in. Either way the ids avoid
+    With the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary) the default prompt text is
+    encoded; a generated model has none, so a fixed, deterministic id sequence stands in. Either way the ids avoid
     the action range and the start token.
     """
-    limit = vocab_size - ACTION_VOCAB - 1
-    path = os.path.join(model_dir, "tokenizer.json")
-    if os.path.isfile(path):
-        try:
-            from tokenizers import Tokenizer
+    from .model.tokenizer import load_tokenizer
 
-            ids = [i for i in Tokenizer.from_file(path).encode(DEFAULT_SYSTEM_PROMPT).ids if i < limit]
-            if ids:
-                return np.asarray(ids, np.int32)
-        except Exception:  # noqa: BLE001 - an unreadable tokenizer falls back to the fixed prompt
-            pass
+    limit = vocab_size - ACTION_VOCAB - 1
+    try:
+        tok = load_tokenizer(model_path)
+        ids = [i for i in tok.encode(DEFAULT_SYSTEM_PROMPT) if i < limit] if tok is not None else []
+        if ids:
+            return np.asarray(ids, np.int32)
+    except Exception:  # noqa: BLE001 - an unreadable tokenizer falls back to the fixed prompt
+        pass
     return ((np.arange(n, dtype=np.int64) * 7919 + 11) % limit).astype(np.int32)
 
 
-def prompt_length(model_dir: str) -> int:
-    """Tokens of the system prompt `model_dir` gets (0 when its config cannot be read: loading reports that)."""
+def prompt_length(model_path: str) -> int:
+    """Tokens of the system prompt `model_path` gets (0 when its config cannot be read: loading reports that)."""
     try:
-        return int(len(system_prompt_ids(model_dir, ModelConfig.from_dir(model_dir).vocab_size)))
+        return int(len(system_prompt_ids(model_path, load_config(model_path).vocab_size)))
     except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
         return 0
 
@@ -113,7 +111,7 @@ class Engine:
                  vram_ceiling_gb: float = VRAM_CEILING_GB,
                  weights: Weights | None = None):
         self.model_dir = str(model_dir)
-        self.weights = weights if weights is not None else load_weights(self.model_dir)
+        self.weights = weights if weights is not None else load_model(self.model_dir)
         cfg = self.cfg = self.weights.cfg
         self.policy_name, self.window_frames = policy, window_frames
         self.prompt_ids = system_prompt_ids(self.model_dir, cfg.vocab_size)

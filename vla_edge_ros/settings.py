@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .actions import DEFAULT_DIM_NAMES
@@ -208,22 +207,13 @@ def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
 
 
 def check_model_dir(path: str) -> list[str]:
+    """The model_path rule (model.checkpoint.check_model_path: an HF directory or a GGUF file), as a problem list."""
+    from .model.checkpoint import model_path_problem
+
     if not path:
         return []
-    try:
-        return _check_model_dir(Path(path).expanduser(), path)
-    except OSError as e:  # unreadable (PermissionError), a name too long, an I/O error: one line, no traceback
-        return [f"model_path={path!r} cannot be read: {type(e).__name__}: {e.strerror or e}"]
-
-
-def _check_model_dir(p: Path, path: str) -> list[str]:
-    if not p.is_dir():
-        return [f"model_path={path!r}: no such directory"]
-    if not (p / "config.json").is_file():
-        return [f"model_path={path!r} is not a model directory (no config.json)"]
-    if not (any(p.glob("model*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
-        return [f"model_path={path!r} has no model.safetensors / model-*.safetensors"]
-    return []
+    reason = model_path_problem(path)
+    return [f"model_path={path!r}: {reason}"] if reason else []
 
 
 def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[str, Any]:

@@ -107,6 +107,19 @@ class ReferenceModel:
         self.rotated_for[new_slots] = q_pos
         return ops.rms_norm(x, self.final_norm, cfg.rms_norm_eps), hidden
 
+    # -- text (vla-edge-generate, the real-weight gates) -----------------------------------------
+    def text_logits(self, token_ids, start: int = 0, last_only: bool = False) -> np.ndarray:
+        """Full-vocabulary logits float32 [T, V] ([1, V] with last_only) of `token_ids` at positions
+        start..start+T-1, appended to the text already in slots 0..start-1 (slot = position; start 0 begins a
+        new text). Each token attends causally to positions 0..its own. The CUDA backend has the same method."""
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0 or start < 0 or start + ids.size > self.capacity:
+            raise ValueError(f"{ids.size} tokens at position {start} do not fit a cache of {self.capacity} slots")
+        if ((ids < 0) | (ids >= self.cfg.vocab_size)).any():
+            raise ValueError(f"token ids must lie in 0..{self.cfg.vocab_size - 1}")
+        h, _ = self.forward(self.embed[ids], np.arange(start + ids.size), start)
+        return (h[-1:] if last_only else h) @ self.head.T
+
     # -- the Backend protocol of engine.py -------------------------------------------------------
     def load_prompt(self, token_ids: np.ndarray, slots: np.ndarray) -> None:
         self.forward(self.embed[np.asarray(token_ids)], np.asarray(slots), 0)

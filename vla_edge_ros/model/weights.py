@@ -323,7 +323,16 @@ def load_weights(path, check_finite: bool = True) -> Weights:
                 layer[short] = t[name]
         layers.append(layer)
     embed = t["model.embed_tokens.weight"]
-    vpath = os.path.join(path, VISION_FILE)
+    vision = load_vision(cfg, os.path.join(path, VISION_FILE), embed, check_finite)
+    return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers,
+                   vision=vision, lm_head=t.get("lm_head.weight"), path=path,
+                   files=sorted(set(files_by_name.values())))
+
+
+def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: bool = True) -> VisionWeights:
+    """The vision projector from `vpath` (a vision.safetensors), else the seeded untrained stand-in; for a
+    parallel-decoding model also its action queries (`action_queries`, else the embedding rows of
+    `action_query_fallback_ids`, logged as untrained). `embed`: the token embeddings (bf16 bits or float32)."""
     queries = None
     if os.path.exists(vpath):
         header = read_header(vpath)[0]
@@ -341,12 +350,10 @@ def load_weights(path, check_finite: bool = True) -> Weights:
         ids = action_query_fallback_ids(cfg)
         queries = np.ascontiguousarray(embed[ids])
         log.warning("%s: parallel action decoding without '%s' in %s: the action slots use the embeddings of "
-                    "token ids %d..%d (untrained for this role)", path, ACTION_QUERIES, VISION_FILE, ids[0], ids[-1])
-    vision = VisionWeights(v["patch_proj.weight"], v["patch_proj.bias"], v["pos_embed"], trained,
-                           action_queries=queries, queries_trained=queries_trained)
-    return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers,
-                   vision=vision, lm_head=t.get("lm_head.weight"), path=path,
-                   files=sorted(set(files_by_name.values())))
+                    "token ids %d..%d (untrained for this role)", os.path.dirname(vpath), ACTION_QUERIES,
+                    os.path.basename(vpath), ids[0], ids[-1])
+    return VisionWeights(v["patch_proj.weight"], v["patch_proj.bias"], v["pos_embed"], trained,
+                         action_queries=queries, queries_trained=queries_trained)
 
 
 def action_queries(weights: Weights) -> np.ndarray:

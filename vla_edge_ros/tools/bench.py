@@ -49,7 +49,7 @@ from ..frame_buffer import FrameBuffer
 from ..metrics import CycleStats
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
-from ..model.weights import load_weights
+from ..model.checkpoint import load_model
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from ..runtime import Runtime, StartupError
@@ -589,7 +589,7 @@ def run(args, argv) -> int:
             model_names = [f"generated {args.preset} (seed {args.seed})"]
         else:
             model_names = list(args.model)
-        all_weights = [load_weights(m) for m in args.model]
+        all_weights = [load_model(m) for m in args.model]
         weights = all_weights[0]
         cfg = weights.cfg
         backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")

@@ -116,19 +116,11 @@ def check_source(spec: str) -> str | None:
 
 
 def check_model_dir(path: str) -> str | None:
-    """Why `path` is not a model directory this package can load (quick checks, before any loading), or None."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        return f"{path}: no such model directory"
-    if not p.is_dir():
-        return f"{path}: not a directory (a model is a folder with config.json and *.safetensors)"
-    if not os.access(p, os.R_OK | os.X_OK):
-        return f"{path}: model directory not readable"
-    if not (p / "config.json").is_file():
-        return f"{path}: no config.json (not an HF-layout model directory)"
-    if not any(p.glob("*.safetensors")):
-        return f"{path}: no *.safetensors weights"
-    return None
+    """Why `path` is not a model this package can load (an HF directory or a GGUF file; quick checks before any
+    loading), or None: the one rule of model.checkpoint.check_model_path."""
+    from ..model.checkpoint import check_model_path
+
+    return check_model_path(path)
 
 
 def check_out_dir(path: str, force: bool = False) -> str | None:

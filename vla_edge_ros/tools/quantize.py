@@ -28,10 +28,12 @@ import numpy as np
 
 from ..model import ops
 from ..model.config import QuantConfig
-from ..model.quant import FORMATS, default_scale_dtype, quantize_rtn, search_clip, stored_tensors
-from ..model.safetensors_io import ModelLoadError, bf16_to_f32, save_file
+from ..model.checkpoint import load_model
+from ..model.gguf import is_gguf
+from ..model.quant import FORMATS, as_f32, default_scale_dtype, quantize_rtn, search_clip, stored_tensors
+from ..model.safetensors_io import ModelLoadError, f32_to_bf16, save_file
 from ..output_dir import OutputDirError, atomic_output_dir
-from ..model.weights import LAYER_TENSORS, LINEARS, Weights, load_weights
+from ..model.weights import LAYER_TENSORS, LINEARS, Weights
 from .cli import Parser, bounded
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -75,14 +77,14 @@ def calibration_inputs(w: Weights, frames: np.ndarray, max_tokens: int = 256, se
     reading `frames` (uint8 [N, 64, 128, 3]) as one causal stream of 32 vision tokens a frame, positions 0..32N-1.
     Layer by layer, so only one layer's activations are held at a time."""
     cfg = w.cfg
-    pw, pb, pe = (bf16_to_f32(a) for a in (w.vision.patch_w, w.vision.patch_b, w.vision.pos_embed))
+    pw, pb, pe = (as_f32(a) for a in (w.vision.patch_w, w.vision.patch_b, w.vision.pos_embed))
     x = np.concatenate([ops.vision_encode(f, pw, pb, pe) for f in frames]).astype(np.float32)
     t, nh, nkv, d = len(x), cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     cos, sin = ops.rope_cos_sin(np.arange(t), d, cfg.rope_theta)
     allowed = np.tril(np.ones((t, t), bool))
     pick = np.sort(np.random.default_rng(seed).permutation(t)[:max_tokens])
     for i, layer in enumerate(w.layers):
-        f = {k: bf16_to_f32(v) for k, v in layer.items()}
+        f = {k: as_f32(v) for k, v in layer.items()}
         h = ops.rms_norm(x, f["ln1"], cfg.rms_norm_eps)
         q = ops.apply_rope(ops.linear(h, f["wq"], f["bq"]).reshape(t, nh, d), cos, sin)
         k = ops.apply_rope(ops.linear(h, f["wk"], f["bk"]).reshape(t, nkv, d), cos, sin)
@@ -107,6 +109,25 @@ def load_calibration_frames(spec: str, n: int) -> np.ndarray:
     return frames[np.linspace(0, len(frames) - 1, min(n, len(frames))).round().astype(int)]
 
 
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """bf16 bits of a weight held as bf16 bits or (a GGUF's dequantized values) float32."""
+    return f32_to_bf16(a) if a.dtype == np.float32 else a
+
+
+def _write_gguf_tokenizer(src: str, out: str) -> list[str]:
+    """A GGUF's tokenizer as tokenizer.json + tokenizer_config.json (chat template, special tokens) in `out`."""
+    from ..model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(src)
+    if tok is None:
+        return []
+    tok.tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"chat_template": tok.chat_template, "eos_token": tok.eos_token, "bos_token": tok.bos_token,
+                   "tokenizer_class": "Qwen2Tokenizer"}, f, indent=1)
+    return ["tokenizer.json", "tokenizer_config.json"]
+
+
 def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force: bool = False,
                    calib_frames: np.ndarray | None = None, calib_tokens: int = 256) -> dict:
     """Quantize the model in `src` into `out` (with a clip search on `calib_frames` if given). Returns counts
@@ -117,15 +138,18 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
         raise QuantizeError("--symmetric applies to compressed-tensors only (AWQ gemm always has zero points)")
     if os.path.abspath(src) == os.path.abspath(out):
         raise QuantizeError("--out must differ from --model")
-    w = load_weights(src)  # every tensor checked: a broken input fails here, before anything is written
+    gguf = is_gguf(src)
+    # every tensor checked: a broken input fails here, before anything is written. A GGUF file is quantized from
+    # its dequantized float32 values (not from their bf16 rounding), its other tensors stored as bf16.
+    w = load_model(src, keep_f32=gguf)
     cfg = w.cfg
     if cfg.quant is not None:
         raise QuantizeError(f"{src} is already quantized ({cfg.quant.method}); give it the bf16 model")
     quant = QuantConfig(fmt, symmetric=symmetric)
     sdt = default_scale_dtype(fmt)
-    tensors = {"model.embed_tokens.weight": ("BF16", w.embed), "model.norm.weight": ("BF16", w.norm)}
+    tensors = {"model.embed_tokens.weight": ("BF16", _bf16(w.embed)), "model.norm.weight": ("BF16", _bf16(w.norm))}
     if w.lm_head is not None:
-        tensors["lm_head.weight"] = ("BF16", w.lm_head)
+        tensors["lm_head.weight"] = ("BF16", _bf16(w.lm_head))
     n_quant = 0
     stats: dict = {}
     calib = calibration_inputs(w, calib_frames, calib_tokens) if calib_frames is not None else None
@@ -134,23 +158,26 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
         for short, suffix in LAYER_TENSORS.items():
             name = f"model.layers.{i}.{suffix}"
             if short in LINEARS:
-                wf = bf16_to_f32(layer[short])
+                wf = as_f32(layer[short])
                 clip = search_clip(wf, acts[short], symmetric, sdt, stats=stats) if acts else None
                 qt = quantize_rtn(wf, symmetric, sdt, fmt, clip=clip)
                 tensors.update(stored_tensors(name[:-len(".weight")], qt, fmt, symmetric))
                 n_quant += 1
             else:
-                tensors[name] = ("BF16", layer[short])
-    with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
-        raw = json.load(f)  # kept as the user wrote it (tokenizer ids, architectures, ...), plus the quant block
+                tensors[name] = ("BF16", _bf16(layer[short]))
+    if gguf:
+        raw = cfg.to_hf_dict()
+    else:
+        with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
+            raw = json.load(f)  # kept as the user wrote it (tokenizer ids, architectures, ...), plus the quant block
     raw["quantization_config"] = quant.to_hf()
     with atomic_output_dir(out, force) as tmp:
         save_file(tensors, os.path.join(tmp, "model.safetensors"),
                   {"note": f"4-bit {fmt} (round-to-nearest, group 128) by vla-edge-quantize"})
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(raw, f, indent=1)
-        copied = []
-        for name in sorted(os.listdir(src)):
+        copied = _write_gguf_tokenizer(src, tmp) if gguf else []
+        for name in ([] if gguf else sorted(os.listdir(src))):
             p = os.path.join(src, name)
             if name == "config.json" or _is_weight_file(name) or not os.path.isfile(p):
                 continue
@@ -165,7 +192,8 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
 def main(argv=None) -> int:
     p = Parser(prog="vla-edge-quantize", description=__doc__.split("\n\n")[0],
                epilog=__doc__.strip().splitlines()[-1], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, help="bf16 (or fp16/fp32) HF-layout model directory")
+    p.add_argument("--model", required=True, help="bf16 (or fp16/fp32) HF-layout model directory, or a GGUF file "
+                   "(quantized from its dequantized weights; its tokenizer is written as tokenizer.json)")
     p.add_argument("--format", required=True, choices=FORMATS, help="published 4-bit layout to write")
     p.add_argument("--symmetric", action="store_true",
                    help="compressed-tensors only: symmetric 4-bit (scale = max|w|/7.5), no zero points")

@@ -1,0 +1,64 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""One entry point for a model on disk: an HF-layout directory or a single GGUF file.
+
+`model_path` everywhere (the node, the bench, the demo, vla-edge-plan, vla-edge-generate) goes through these:
+what the path holds decides how it loads (HF safetensors bf16/fp16/fp32, sharded or not; AWQ or
+compressed-tensors 4-bit; GGUF dequantized to bf16), never a switch.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import ModelConfig
+from .gguf import config_from_gguf, is_gguf, load_gguf
+from .weights import Weights, load_weights
+
+
+def load_config(path) -> ModelConfig:
+    """The model's configuration, read from config.json or the GGUF metadata (no weight is loaded)."""
+    path = str(path)
+    return config_from_gguf(path) if _is_file_model(path) else ModelConfig.from_dir(path)
+
+
+def load_model(path, keep_f32: bool = False) -> Weights:
+    """Every weight, validated (ModelLoadError: one line naming the file and tensor). `keep_f32` (GGUF only): keep
+    the dequantized float32 values instead of rounding to bf16 (the golden model's fidelity measurements)."""
+    path = str(path)
+    return load_gguf(path, keep_f32=keep_f32) if _is_file_model(path) else load_weights(path)
+
+
+def _is_file_model(path: str) -> bool:
+    """A single-file model: GGUF is the only one, so any file goes to the GGUF reader (which names what is wrong)."""
+    return is_gguf(path) or os.path.isfile(path)
+
+
+def check_model_path(path) -> str | None:
+    """Why `path` is not a model this package can load (quick checks on names and kinds, before any loading), or
+    None: "<path>: <reason>". The one rule the node's parameters and every tool apply."""
+    reason = model_path_problem(path)
+    return f"{path}: {reason}" if reason else None
+
+
+def model_path_problem(path) -> str | None:
+    """The reason of check_model_path, without the path."""
+    p = Path(str(path)).expanduser()
+    try:
+        if not p.exists():
+            return "no such directory or GGUF file"
+        if p.is_file():
+            if not is_gguf(p):
+                return "not a GGUF file (a model is a .gguf file or a folder with config.json and *.safetensors)"
+            if not os.access(p, os.R_OK):
+                return "GGUF file not readable"
+            return None
+        if not os.access(p, os.R_OK | os.X_OK):
+            return "model directory not readable"
+        if not (p / "config.json").is_file():
+            return "no config.json (not an HF-layout model directory; a GGUF model is given as its file)"
+        if not (any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
+            return "no *.safetensors weights"
+    except OSError as e:  # a name too long, an I/O error: one line, no traceback
+        return f"cannot be read: {type(e).__name__}: {e.strerror or e}"
+    return None

@@ -1,0 +1,314 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""Load a Qwen2 GGUF file (llama.cpp's format, what llama_ros users hold) into the engine's bf16 weights.
+
+The file is read with the `gguf` package (llama.cpp's own Python reader and dequantizer); nothing in it is
+executed. Every weight is dequantized to float32 by `gguf.quants.dequantize` and rounded once to bf16 (the
+engine's weight type), so a GGUF model runs the bf16 path exactly up to that one rounding; `keep_f32=True`
+keeps the float32 values for the golden model's fidelity measurements. A 4-bit run of a GGUF checkpoint is
+its re-quantization to the engine's W4A16 format (`vla-edge-quantize model.gguf --format awq`).
+
+Before the reader sizes anything by the header, the tensor and metadata counts are checked against the file
+size, and every tensor's bytes must lie inside the file: a truncated file, a header whose counts or sizes
+exceed the file, another architecture, an unsupported block type (named), a tensor of the wrong shape or a
+vocabulary too small for the action range each raise one ModelLoadError line.
+
+Tensor names (llama.cpp's) map to the HF layout the rest of the package uses:
+token_embd -> embed, output_norm -> norm, output -> lm_head (absent: tied), blk.N.{attn_norm, attn_q, attn_k,
+attn_v (+ .bias), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}. Qwen2 GGUFs keep q/k in HF's order
+(llama.cpp rotates them NEOX-style), so no row permutation is undone.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import struct
+
+import numpy as np
+
+from .config import MAX_INT, ModelConfig
+from .safetensors_io import ModelLoadError, f32_to_bf16
+from .weights import Weights, layer_shapes, load_vision
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)
+MAX_TENSORS = 1 << 16  # a 72-layer model has ~650
+MAX_KV = 1 << 12
+MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a one-byte key, value type, a one-byte value
+MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+
+# Block types read here: what Q4_K_M / Q5_K_M / Q8_0 / F16 files of Qwen2.5 hold, and the other classic and
+# k-quant types `gguf.quants` dequantizes in NumPy. The i-quants and ternary types are refused by name.
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                   "Q6_K")
+
+GGUF_LAYER = {  # short name (weights.LAYER_TENSORS) -> llama.cpp tensor name under blk.N.
+    "ln1": "attn_norm.weight",
+    "wq": "attn_q.weight", "bq": "attn_q.bias",
+    "wk": "attn_k.weight", "bk": "attn_k.bias",
+    "wv": "attn_v.weight", "bv": "attn_v.bias",
+    "wo": "attn_output.weight",
+    "ln2": "ffn_norm.weight",
+    "wg": "ffn_gate.weight", "wu": "ffn_up.weight", "wd": "ffn_down.weight",
+}
+
+
+def is_gguf(path) -> bool:
+    """`path` names a GGUF file: by its magic bytes when readable, else by its suffix."""
+    path = str(path)
+    if os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                return f.read(4) == MAGIC
+        except OSError:
+            pass
+    return path.lower().endswith(".gguf")
+
+
+def _check_header(path: str) -> int:
+    """The file's size, after checking the magic, the version and that the declared counts can fit in it."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 24 or head[:4] != MAGIC:
+        raise ModelLoadError(path, "not a GGUF file (no 'GGUF' magic at the start)")
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:])
+    if version not in VERSIONS:
+        raise ModelLoadError(path, f"GGUF version {version} (supported: {', '.join(map(str, VERSIONS))})")
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KV or 24 + n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_INFO_BYTES > size:
+        raise ModelLoadError(path, f"header declares {n_tensors} tensors and {n_kv} metadata keys, more than the "
+                                   f"{size}-byte file can hold (corrupt or truncated)")
+    return size
+
+
+def _open(path: str):
+    """The file's GGUFReader, after the header and bounds checks; kept for the process while the file is unchanged
+    (the reader parses the whole vocabulary, ~6 s for Qwen2.5's 151,936 tokens, and the config, the tokenizer and
+    the weights each need it)."""
+    st = os.stat(path)
+    return _open_checked(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _open_checked(path: str, _size: int, _mtime_ns: int):
+    size = _check_header(path)
+    try:
+        import gguf
+    except ImportError as e:
+        raise ModelLoadError(path, f"reading GGUF files needs the 'gguf' package (pip install gguf): {e}") from None
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError,
+            struct.error) as e:
+        why = "tensor data runs past the end of the file: truncated; " if "cannot reshape" in str(e) else ""
+        raise ModelLoadError(path, f"not a readable GGUF file ({why}{type(e).__name__}: {e})") from None
+    for t in reader.tensors:
+        end = int(t.data_offset) + int(t.n_bytes)
+        if end > size:
+            raise ModelLoadError(path, f"tensor data ends at byte {end}, past the end of the {size}-byte file "
+                                       f"(truncated)", t.name)
+    return reader
+
+
+def field(reader, key: str, default=None):
+    """A metadata value (str, number, bool or list), or `default` when the key is absent or unreadable."""
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    try:
+        return f.contents()
+    except (ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return default
+
+
+def _config(reader, path: str) -> ModelConfig:
+    arch = field(reader, "general.architecture")
+    if arch != "qwen2":
+        raise ModelLoadError(path, f"architecture {arch!r} is not qwen2 (this runtime runs Qwen2-family models)")
+    tensors = {t.name: t for t in reader.tensors}
+    if "token_embd.weight" not in tensors:
+        raise ModelLoadError(path, "tensor missing", "token_embd.weight")
+
+    def number(key, kind, default=None):
+        v = field(reader, f"qwen2.{key}", default)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and 0 < v <= MAX_INT
+        if kind is int:
+            ok = ok and float(v).is_integer()
+        if not ok:
+            raise ModelLoadError(path, f"metadata qwen2.{key} = {v!r} is missing or not a positive {kind.__name__}")
+        return kind(v)
+
+    embed_shape = tuple(int(d) for d in tensors["token_embd.weight"].shape)  # ne order: [hidden, vocab]
+    cfg = ModelConfig(
+        hidden_size=number("embedding_length", int), num_hidden_layers=number("block_count", int),
+        num_attention_heads=number("attention.head_count", int),
+        num_key_value_heads=number("attention.head_count_kv", int),
+        intermediate_size=number("feed_forward_length", int), vocab_size=embed_shape[-1],
+        rope_theta=number("rope.freq_base", float, 10000.0),
+        rms_norm_eps=number("attention.layer_norm_rms_epsilon", float),
+        tie_word_embeddings="output.weight" not in tensors,
+        max_position_embeddings=number("context_length", int, 32768))
+    cfg.validate(path)
+    return cfg
+
+
+def config_from_gguf(path) -> ModelConfig:
+    """The ModelConfig a GGUF file's metadata describes (header and metadata only; no weight is read)."""
+    path = str(path)
+    return _config(_open(path), path)
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Qwen2 GGUF of this config holds, by llama.cpp name, as [out, in] (rows, columns)."""
+    shapes = {"token_embd.weight": (cfg.vocab_size, cfg.hidden_size), "output_norm.weight": (cfg.hidden_size,)}
+    if not cfg.tie_word_embeddings:
+        shapes["output.weight"] = (cfg.vocab_size, cfg.hidden_size)
+    ls = layer_shapes(cfg)
+    for i in range(cfg.num_hidden_layers):
+        for short, name in GGUF_LAYER.items():
+            shapes[f"blk.{i}.{name}"] = ls[short]
+    return shapes
+
+
+def _dequantize(path: str, t, keep_f32: bool) -> np.ndarray:
+    import gguf
+
+    kind = t.tensor_type.name
+    if kind not in SUPPORTED_TYPES:
+        raise ModelLoadError(path, f"block type {kind} is not supported (supported: {', '.join(SUPPORTED_TYPES)})",
+                             t.name)
+    try:
+        if kind == "F32":
+            f = np.asarray(t.data, np.float32)
+        elif kind == "F16":
+            f = np.asarray(t.data).astype(np.float32)
+        else:
+            f = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+    except (ValueError, NotImplementedError, TypeError) as e:
+        raise ModelLoadError(path, f"cannot dequantize {kind} ({type(e).__name__}: {e})", t.name) from None
+    rows = [int(d) for d in reversed(t.shape)]
+    f = np.ascontiguousarray(f, dtype=np.float32).reshape(rows)
+    if not np.isfinite(f).all():
+        raise ModelLoadError(path, "contains NaN or Inf", t.name)
+    return f if keep_f32 else f32_to_bf16(f)
+
+
+def load_gguf(path, keep_f32: bool = False):
+    """A GGUF file as `Weights` (bf16 bits; float32 arrays with keep_f32), every tensor checked."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise ModelLoadError(path, "GGUF file not found")
+    reader = _open(path)
+    cfg = _config(reader, path)
+    tensors = {t.name: t for t in reader.tensors}
+    want = expected_shapes(cfg)
+    layers_held = {int(n.split(".")[1]) for n in tensors if n.startswith("blk.") and n.split(".")[1].isdigit()}
+    if layers_held and max(layers_held) + 1 != cfg.num_hidden_layers:
+        raise ModelLoadError(path, f"qwen2.block_count={cfg.num_hidden_layers} but the file holds "
+                                   f"{max(layers_held) + 1} layers")
+    for name, shape in want.items():
+        if name not in tensors:
+            raise ModelLoadError(path, "tensor missing", name)
+        got = tuple(int(d) for d in reversed(tensors[name].shape))
+        if got != shape:
+            raise ModelLoadError(path, f"shape {list(got)} does not match the metadata, expected {list(shape)}", name)
+    for name, t in tensors.items():  # every block type named up front, before minutes of dequantizing
+        if name in want and t.tensor_type.name not in SUPPORTED_TYPES:
+            raise ModelLoadError(path, f"block type {t.tensor_type.name} is not supported (supported: "
+                                       f"{', '.join(SUPPORTED_TYPES)})", name)
+
+    def get(name):
+        return _dequantize(path, tensors[name], keep_f32)
+
+    layers = [{short: get(f"blk.{i}.{name}") for short, name in GGUF_LAYER.items()}
+              for i in range(cfg.num_hidden_layers)]
+    embed = get("token_embd.weight")
+    lm_head = None if cfg.tie_word_embeddings else get("output.weight")
+    vision = load_vision(cfg, vision_path(path), embed)
+    return Weights(cfg=cfg, embed=embed, norm=get("output_norm.weight"), layers=layers, vision=vision,
+                   lm_head=lm_head, path=path, files=[path])
+
+
+def vision_path(path: str) -> str:
+    """The vision projector that goes with a GGUF file: `model.gguf` -> `model.vision.safetensors` beside it."""
+    stem = path[:-5] if path.lower().endswith(".gguf") else path
+    return stem + ".vision.safetensors"
+
+
+def block_type_counts(path) -> dict[str, int]:
+    """{block type: tensor count} of a GGUF file (for reports)."""
+    counts: dict[str, int] = {}
+    for t in _open(str(path)).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return counts
+
+
+def save_gguf(path, weights: Weights, linear_type: str = "Q8_0", embed_type: str = "F16", arch: str = "qwen2") -> str:
+    """Write `weights` as a Qwen2 GGUF file as llama.cpp's converter lays it out (tests, random-weight GGUFs):
+    metadata under `qwen2.*`, the decoder linears in `linear_type`, token embedding and an untied output in
+    `embed_type` (any type gguf.quants quantizes: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, ...),
+    norms and biases F32, and a stand-in byte-level vocabulary (the 256 byte tokens, then `<|vla_N|>` fillers) so
+    readers that size the vocabulary from it load the file. A layer tensor missing from `weights` is left out, and
+    `arch` names another architecture (both for the tests of refused files)."""
+    import gguf
+
+    from .quant import as_f32
+
+    cfg = weights.cfg
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("vla_edge_ros random qwen2")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    byte_tokens = [c for _, c in sorted(_bytes_to_unicode().items())]
+    tokens = byte_tokens + [f"<|vla_{i}|>" for i in range(cfg.vocab_size - len(byte_tokens))]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens[:cfg.vocab_size])
+    w.add_token_types([1] * cfg.vocab_size)
+    w.add_token_merges([])
+
+    def put(name, arr, kind):
+        f = np.ascontiguousarray(as_f32(arr), np.float32)
+        if kind == "F32":
+            w.add_tensor(name, f)
+        elif kind == "F16":
+            w.add_tensor(name, f.astype(np.float16))
+        else:
+            qtype = gguf.GGMLQuantizationType[kind]
+            w.add_tensor(name, gguf.quants.quantize(f, qtype), raw_dtype=qtype)
+
+    put("token_embd.weight", weights.embed, embed_type)
+    put("output_norm.weight", weights.norm, "F32")
+    if weights.lm_head is not None:
+        put("output.weight", weights.lm_head, embed_type)
+    for i, layer in enumerate(weights.layers):
+        for short, name in GGUF_LAYER.items():
+            if short in layer:
+                put(f"blk.{i}.{name}", layer[short], linear_type if layer[short].ndim == 2 else "F32")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (byte-level BPE vocabularies are spelled in it)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))

@@ -1,0 +1,188 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""The checkpoint's own tokenizer and chat template, through maintained libraries (`tokenizers`, `jinja2`).
+
+Sources, in this order: `tokenizer.json` in an HF model directory (its chat template from
+`tokenizer_config.json`), or the vocabulary, merges, token types and chat template a GGUF file stores as
+metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`), rebuilt as the byte-level BPE it describes: the
+Qwen2 pre-tokenizer split, byte-level mapping, NFC normalization (as Qwen2's own tokenizer.json), control
+tokens as special tokens, user-defined tokens as added tokens. A model without either has no tokenizer
+(`load_tokenizer` returns None and `tokenizer_problem` says why in one line).
+
+Chat templates come from the checkpoint, so they are rendered in jinja2's immutable sandbox (as HF
+transformers does): a template cannot reach Python objects or the file system.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from .gguf import _bytes_to_unicode, is_gguf
+from .safetensors_io import ModelLoadError
+
+MAX_TOKENIZER_BYTES = 64 << 20  # Qwen2.5's tokenizer.json is 7 MB
+MAX_TEMPLATE_CHARS = 1 << 16
+# Qwen2's pre-tokenizer split (the pattern of its tokenizer.json / llama.cpp's "qwen2" pre-type).
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+GGUF_PRE_SPLITS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp token types
+
+
+@dataclass
+class TextTokenizer:
+    """A `tokenizers.Tokenizer` plus the checkpoint's chat template and end-of-turn ids."""
+
+    tok: object  # tokenizers.Tokenizer
+    source: str
+    chat_template: str | None = None
+    eos_ids: tuple[int, ...] = ()
+    bos_token: str | None = None
+    eos_token: str | None = None
+    special_ids: frozenset = field(default_factory=frozenset)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; special-token strings in it ("<|im_start|>") are matched whole."""
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """`messages` ([{"role", "content"}]) through the checkpoint's chat template (raises ValueError without one,
+        or when the template fails)."""
+        if not self.chat_template:
+            raise ValueError(f"{self.source} has no chat template")
+        return render_template(self.chat_template, messages, add_generation_prompt, self.bos_token, self.eos_token)
+
+
+def render_template(template: str, messages, add_generation_prompt=True, bos_token=None, eos_token=None) -> str:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                bos_token=bos_token or "", eos_token=eos_token or "", tools=None)
+    except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+            RecursionError) as e:
+        raise ValueError(f"chat template failed: {type(e).__name__}: {e}") from None
+
+
+def _from_tokenizer_json(model_dir: str) -> TextTokenizer:
+    from tokenizers import Tokenizer
+
+    path = os.path.join(model_dir, "tokenizer.json")
+    if os.path.getsize(path) > MAX_TOKENIZER_BYTES:
+        raise ModelLoadError(path, f"{os.path.getsize(path)} bytes: too large for a tokenizer")
+    try:
+        tok = Tokenizer.from_file(path)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception on a malformed file
+        raise ModelLoadError(path, f"not a readable tokenizer ({type(e).__name__}: {str(e)[:200]})") from None
+    template, eos, bos = None, None, None
+    cfg_path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.isfile(cfg_path) and os.path.getsize(cfg_path) <= MAX_TOKENIZER_BYTES:
+        try:
+            with open(cfg_path, encoding="utf-8") as f:
+                tc = json.load(f)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            tc = {}
+        if isinstance(tc, dict):
+            template = tc.get("chat_template") if isinstance(tc.get("chat_template"), str) else None
+            eos = _token_text(tc.get("eos_token"))
+            bos = _token_text(tc.get("bos_token"))
+    specials = frozenset(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
+    eos_ids = tuple(i for i in (tok.token_to_id(t) for t in (eos, "<|im_end|>", "<|endoftext|>") if t) if i is not None)
+    return TextTokenizer(tok, path, _bounded_template(template), tuple(dict.fromkeys(eos_ids)), bos, eos, specials)
+
+
+def _token_text(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict) and isinstance(v.get("content"), str):
+        return v["content"]
+    return None
+
+
+def _bounded_template(t):
+    return t if isinstance(t, str) and 0 < len(t) <= MAX_TEMPLATE_CHARS else None
+
+
+def _from_gguf(path: str) -> TextTokenizer:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    from .gguf import _open, field
+
+    reader = _open(path)
+    model = field(reader, "tokenizer.ggml.model")
+    if model is None:
+        raise LookupError(f"{path} has no tokenizer (no tokenizer.ggml.* metadata)")
+    if model != "gpt2":
+        raise ModelLoadError(path, f"tokenizer.ggml.model {model!r} is not supported (byte-level BPE 'gpt2' only)")
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    merges = field(reader, "tokenizer.ggml.merges") or []
+    types = field(reader, "tokenizer.ggml.token_type") or []
+    if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):
+        raise ModelLoadError(path, "tokenizer.ggml.tokens / merges missing or not string lists")
+    spelled = set(_bytes_to_unicode().values())
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t if set(t) <= spelled else "".join(_bytes_to_unicode()[b] for b in t.encode()), i)
+    pairs = []
+    for m in merges:
+        a, sep, b = m.partition(" ")
+        if sep and a and b:
+            pairs.append((a, b))
+    tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    pre = GGUF_PRE_SPLITS.get(field(reader, "tokenizer.ggml.pre"), QWEN2_SPLIT)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pre), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    control = [t for t, k in zip(tokens, types) if k == CONTROL and set(t) <= spelled | set("<|>_")]
+    user = [t for t, k in zip(tokens, types) if k == USER_DEFINED]
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+
+    def token_of(key):
+        i = field(reader, f"tokenizer.ggml.{key}")
+        return (int(i), tokens[int(i)]) if isinstance(i, int) and 0 <= i < len(tokens) else (None, None)
+
+    eos_id, eos = token_of("eos_token_id")
+    _, bos = token_of("bos_token_id")
+    eos_ids = [eos_id] + [tok.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    template = field(reader, "tokenizer.chat_template")
+    specials = frozenset(vocab[t] for t in control if t in vocab)
+    return TextTokenizer(tok, path, _bounded_template(template),
+                         tuple(dict.fromkeys(i for i in eos_ids if i is not None)), bos, eos, specials)
+
+
+def load_tokenizer(path) -> TextTokenizer | None:
+    """The tokenizer of the model at `path` (a GGUF file or a model directory), or None when it has none.
+    A tokenizer that is present but broken raises ModelLoadError (one line)."""
+    path = str(path)
+    if is_gguf(path):
+        try:
+            return _from_gguf(path)
+        except LookupError:
+            return None
+    if os.path.isfile(os.path.join(path, "tokenizer.json")):
+        return _from_tokenizer_json(path)
+    return None
+
+
+def tokenizer_problem(path) -> str:
+    """One line: why the model at `path` has no tokenizer."""
+    if is_gguf(path):
+        return f"{path}: the GGUF file holds no tokenizer (no tokenizer.ggml.* metadata)"
+    return f"{path}: no tokenizer.json in the model directory (generated models have none)"
