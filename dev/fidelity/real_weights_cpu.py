@@ -47,8 +47,8 @@ def main() -> int:
         ref = [hf(torch.tensor([x])).logits[0].numpy() for x in ids]
     del hf
     tops = [F.top2(r) for r in ref]
-    np.savez(path + ".hf_top.npz", ids=np.array(ids, dtype=object), top1=np.stack([t[0] for t in tops]),
-             gap=np.stack([t[1] for t in tops]), allow_pickle=True)
+    np.savez(path + ".hf_top.npz", ids=np.array(ids, np.int64), top1=np.stack([t[0] for t in tops]),
+             gap=np.stack([t[1] for t in tops]))
     awq = a.awq
     tmp = None
     if awq is None:
