@@ -470,9 +470,9 @@ def build_parser() -> Parser:
     p = Parser(prog="vla-edge-bench", description=__doc__.splitlines()[0],
                epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append",
-                   help="HF-layout model dir (default: generate --preset into a temp dir); give it more than once to "
-                        "compare models side by side (e.g. bf16 and 4-bit, autoregressive and parallel): each model "
-                        "runs every policy, labelled MODEL:POLICY")
+                   help="model: an HF-layout dir or a GGUF file (default: generate --preset into a temp dir); give "
+                        "it more than once to compare models side by side (e.g. bf16 and 4-bit, autoregressive and "
+                        "parallel): each model runs every policy, labelled MODEL:POLICY")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                    help="model preset to generate when --model is omitted (default: tiny)")
     p.add_argument("--clip", action="append", required=True,
