@@ -180,15 +180,19 @@ def test_verdict_against_period_minus_margin():
     assert edge.project(PHASES, board, 1.0)["budget_ms"] == 31.0  # 33 - 2
 
 
-def test_without_a_measured_efficiency_the_projection_is_a_labelled_floor(monkeypatch):
+def test_without_a_measured_efficiency_the_projection_is_a_labelled_floor():
+    """The efficiency is the one measured on the model's own shape; no shape (or one never measured) is a floor."""
     board = edge.Board("b", bandwidth_gbps=1000.0, memory_gb=8)
-    monkeypatch.setitem(edge.MEASURED_EFFICIENCY, "bf16", None)
-    p = edge.project(PHASES, board)
+    measured = {"shapes": {"s1": {"shape": {"hidden_size": 1536, "num_hidden_layers": 28},
+                                  "efficiency": {"bf16": 0.25}}}}
+    p = edge.project(PHASES, board, measured=measured)
     assert p["efficiency"] == 1.0 and p["basis"] == "floor" and "floor at 100 % of bandwidth" in p["note"]
-    monkeypatch.setitem(edge.MEASURED_EFFICIENCY, "bf16", 0.25)
-    p = edge.project(PHASES, board)
-    assert p["basis"] == "measured" and p["chunk_ms"] == pytest.approx(40.004)
-    assert edge.project(PHASES, board, efficiency=0.5)["basis"] == "given"
+    other = SimpleNamespace(hidden_size=896, num_hidden_layers=24)
+    assert edge.project(PHASES, board, cfg=other, measured=measured)["basis"] == "floor"  # another shape's: not used
+    p = edge.project(PHASES, board, cfg=BIG, measured=measured)
+    assert p["basis"] == "measured" and p["chunk_ms"] == pytest.approx(40.004) and p["shape"] == "s1"
+    assert "s1 shape" in p["note"]
+    assert edge.project(PHASES, board, efficiency=0.5, cfg=BIG, measured=measured)["basis"] == "given"
 
 
 @pytest.mark.parametrize("kw", [dict(efficiency=0.0), dict(efficiency=1.2), dict(efficiency=float("nan")),
@@ -299,9 +303,9 @@ def test_tool_on_a_generated_tiny_model(tiny_dir, tmp_path):
     r = run_tool("--model", tiny_dir, "--board", "agx-orin", "--json", str(out))
     assert r.returncode == 0, r.stderr
     text = r.stdout
-    basis = "floor at 100 % of bandwidth" if edge.MEASURED_EFFICIENCY.get("bf16") is None else "measured efficiency"
     for piece in ("VRAM plan (vram_plan.py)", "Bytes one chunk must move", "jetson-agx-orin-64gb", "fits",
-                  basis, "hidden 512, 2 layers"):
+                  "floor at 100 % of bandwidth", "hidden 512, 2 layers", "this model's shape has no measurement",
+                  "Measured shapes, bf16, on each board", "qwen2.5-0.5b", "qwen2.5-3b"):
         assert piece in text
     assert "jetson-thor" not in text  # one board asked for
     data = json.loads(out.read_text())
@@ -311,8 +315,10 @@ def test_tool_on_a_generated_tiny_model(tiny_dir, tmp_path):
     assert data["chunk_bytes"] == edge.chunk_bytes(cfg, 4096)
     assert data["vram_plan_bytes"] == vram_plan(cfg, 4096)
     (p,) = data["boards"]
-    want = edge.project(data["chunk_bytes"], edge.find_board("jetson-agx-orin-64gb"))
+    want = edge.project(data["chunk_bytes"], edge.find_board("jetson-agx-orin-64gb"), cfg=cfg)
+    assert want["basis"] == "floor"  # the tiny shape was never measured: no other shape's efficiency is borrowed
     assert p["verdict"] == want["verdict"] == "fits" and p["chunk_ms"] == pytest.approx(want["chunk_ms"])
+    assert data["measured_shape"] is None and p["compute_bound"] is None
 
 
 def test_tool_on_the_1_5b_shape_prints_every_board_and_the_design_numbers(big_dir):
@@ -321,9 +327,9 @@ def test_tool_on_the_1_5b_shape_prints_every_board_and_the_design_numbers(big_di
     lines = r.stdout.splitlines()
     assert any("total" in ln and "24.647 GB" in ln for ln in lines)
     for name in edge.load_boards():
-        (row,) = [ln for ln in lines if ln.strip().startswith(name + " ")]
+        row = [ln for ln in lines if ln.strip().startswith(name + " ")][0]  # the projection table (then the shapes')
         assert ("does not fit" in row) == (name != "h200")
-    (nano,) = [ln for ln in lines if ln.strip().startswith("jetson-orin-nano-8gb ")]
+    nano = [ln for ln in lines if ln.strip().startswith("jetson-orin-nano-8gb ")][0]
     assert " 362.4" in nano  # 24.647 GB / 68 GB/s
     r = run_tool("--model", big_dir, "--weights", "w4", "--decoding", "parallel", "--board", "orin-nano",
                  "--efficiency", "0.5")
@@ -390,6 +396,43 @@ def test_tool_reads_the_weight_format_and_decoding_from_a_quantized_model_dir(tm
     assert "what-if" not in r.stdout
 
 
+@pytest.mark.parametrize("preset", ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"])
+def test_each_published_shape_uses_its_own_measurement(tmp_path, preset):
+    """vla-edge-plan on a model of each measured shape: the efficiency and the SM-confined bound of that shape's entry
+    in boards.yaml (named in the output), never another shape's."""
+    import dataclasses
+
+    cfg = dataclasses.replace(PRESETS[preset], quant=None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
+    name, entry = edge.measured_for(cfg)
+    assert name == preset
+    r = run_tool("--model", str(tmp_path), "--board", "orin-nano-super", "--weights", "w4", "--decoding", "parallel",
+                 "--json", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    assert f"measured on this model's own shape ({preset})" in r.stdout
+    data = json.loads((tmp_path / "p.json").read_text())
+    (b,) = data["boards"]
+    assert b["efficiency"] == entry["efficiency"]["w4-parallel"] and b["shape"] == preset
+    c = b["compute_bound"]
+    assert c["shape"] == preset and c["measured_ms"] == entry["sm_confined"]["chunk_ms"]["w4-parallel"][8]
+    assert c["chunk_ms"] == pytest.approx(c["measured_ms"] * 1980 / 1020 / 0.5)
+    # the side-by-side table holds every measured shape, each with its own numbers
+    assert [s["shape"] for s in data["shapes"]] == list(edge.measured_shapes())
+    for s in data["shapes"]:
+        assert s["efficiency"] == edge.measured_shapes()[s["shape"]]["efficiency"]["w4-parallel"]
+
+
+def test_a_shape_between_the_measured_ones_gets_floors_only():
+    """A shape the boards file has no entry for (e.g. a 1.5B with fewer layers) borrows nothing."""
+    import dataclasses
+
+    cfg = dataclasses.replace(BIG, num_hidden_layers=20)
+    assert edge.measured_for(cfg) == (None, None)
+    assert edge.measured_efficiency("w4-parallel", cfg) == (None, None)
+    assert edge.compute_bound("w4-parallel", edge.find_board("orin-nano"), cfg=cfg) is None
+    assert edge.compute_bound("w4-parallel", edge.find_board("orin-nano")) is None  # no model: no shape to match
+
+
 def test_compute_bound_scales_the_sm_confined_measurement():
     """vla-edge-plan's compute/latency bound: the chunk measured on N H200 SMs, scaled by SMs, clock and tensor rate."""
     measured = {"sm_confined": {"clock_mhz": 2000, "chunk_ms": {"w4-parallel": {8: 20.0, 16: 10.0}}}}
@@ -402,16 +445,21 @@ def test_compute_bound_scales_the_sm_confined_measurement():
     assert edge.compute_bound("w4-parallel", big, measured) is None  # 132 SMs: too far from 16 to scale linearly
     assert edge.compute_bound("bf16", nano, measured) is None  # kind not measured confined
     assert edge.compute_bound("w4-parallel", edge.Board("x", 68.0, 8), measured) is None  # board without SM data
-    measured["sm_confined"]["shape"] = {"hidden_size": 1536}
+    measured["shape"] = {"hidden_size": 1536}  # one shape's entry: only that shape
     assert edge.compute_bound("w4-parallel", nano, measured, cfg=SimpleNamespace(hidden_size=512)) is None
     assert edge.compute_bound("w4-parallel", nano, measured, cfg=SimpleNamespace(hidden_size=1536)) is not None
 
 
 def test_the_data_file_carries_the_measurements():
-    """Measured constants live in config/boards.yaml with their source, not in code."""
-    m = edge.load_measured()
-    assert set(m["efficiency"]) >= {"bf16", "w4", "bf16-parallel", "w4-parallel"} and "chunk_bench" in m[
-        "efficiency_source"]
-    assert m["sm_confined"]["chunk_ms"]["w4-parallel"][8] > 0 and "--sms" in m["sm_confined"]["source"]
+    """Measured constants live in config/boards.yaml with their source, per shape, not in code."""
+    shapes = edge.measured_shapes()
+    assert set(shapes) == {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"}
+    for name, e in shapes.items():
+        assert edge.measured_for(PRESETS[name])[0] == name  # each entry is the preset's geometry
+        assert set(e["efficiency"]) == {"bf16", "w4", "bf16-parallel", "w4-parallel"}
+        assert set(e["h200_chunk_ms"]) == set(e["efficiency"])
+        assert "chunk_bench" in e["source"] and "--sms" in e["source"]
+        assert e["sm_confined"]["chunk_ms"]["w4-parallel"][8] > e["sm_confined"]["chunk_ms"]["w4-parallel"][16] > 0
+    assert set(shapes["qwen2.5-0.5b"]["sm_confined"]["chunk_ms"]) == {"bf16", "w4", "bf16-parallel", "w4-parallel"}
     for b in edge.load_boards().values():
         assert b.sms and b.gpu_clock_mhz and b.tensor_rate_vs_hopper

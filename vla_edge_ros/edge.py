@@ -14,6 +14,10 @@ Bytes are one bound; where the engine was measured with the GPU confined to a bo
 --sms), :func:`compute_bound` gives the other (compute/latency), and vla-edge-plan prints both. Boards and the
 engine's measurements come from ``config/boards.yaml`` (installed to the package's share directory, or the
 repository's ``config/`` in a source checkout).
+
+The measurements are per model shape (``measured.shapes``: the published Qwen2.5 0.5B, 1.5B and 3B backbones): a
+model uses the entry whose geometry (hidden size, layers, heads, FFN) it has, and nothing else. A shape that was not
+measured gets byte floors only, and the tools say so; one shape's time is never scaled to another.
 """
 from __future__ import annotations
 
@@ -31,9 +35,11 @@ BOARDS_FILE = "boards.yaml"
 WEIGHT_FORMATS = ("bf16", "w4")
 
 # What the engine measured (fraction of copy bandwidth per kind; chunk time with the GPU confined to N SMs) is data:
-# config/boards.yaml's "measured" section, with its command, machine and date. Keys: weight format, "-parallel"
-# for parallel action decoding. Empty where the file has none: projections are then floors at 100 % bandwidth.
+# config/boards.yaml's "measured.shapes" section, one entry per model shape, with its command, machine and date. Kind
+# keys: weight format, "-parallel" for parallel action decoding. Where the model's shape has no entry, projections
+# are floors at 100 % bandwidth.
 FLOOR_NOTE = "floor at 100 % of bandwidth (no measured efficiency): real chunks take longer"
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
 PEAK_NOTE = "vendor peak bandwidth: a copy reaches less, so the time is optimistic"
 
 
@@ -254,25 +260,58 @@ def load_measured(path: str | None = None) -> dict:
     return m if isinstance(m, dict) else {}
 
 
-def _measured_efficiency() -> dict[str, float]:
-    eff = load_measured().get("efficiency") or {}
-    return {str(k): float(v) for k, v in eff.items() if isinstance(v, (int, float)) and 0 < v <= 1}
+def measured_shapes(measured: dict | None = None) -> dict[str, dict]:
+    """The measured shapes by name (config/boards.yaml measured.shapes): each {shape: {...}, efficiency: {kind: f},
+    h200_chunk_ms: {kind: ms}, sm_confined: {clock_mhz, chunk_ms: {kind: {N: ms}}}, source}."""
+    m = load_measured() if measured is None else measured
+    shapes = m.get("shapes") if isinstance(m, dict) else None
+    return {str(k): v for k, v in shapes.items() if isinstance(v, dict)} if isinstance(shapes, dict) else {}
 
 
-MEASURED_EFFICIENCY: dict[str, float | None] = _measured_efficiency()
+def shape_of(cfg) -> dict:
+    """The geometry a measurement is keyed by (what the chunk's time depends on; the vocabulary size does not enter:
+    the chunk reads 256 head rows)."""
+    return {k: int(getattr(cfg, k)) for k in SHAPE_KEYS if getattr(cfg, k, None) is not None}
+
+
+def measured_for(cfg, measured: dict | None = None) -> tuple[str | None, dict | None]:
+    """(name, entry) of the measured shape that is the model's own (every SHAPE_KEYS value equal), else (None, None)."""
+    if cfg is None:
+        return None, None
+    mine = shape_of(cfg)
+    for name, entry in measured_shapes(measured).items():
+        shape = entry.get("shape") or {}
+        if shape and all(mine.get(k) == int(v) for k, v in shape.items()):
+            return name, entry
+    return None, None
+
+
+def measured_efficiency(kind: str, cfg, measured: dict | None = None) -> tuple[float | None, str | None]:
+    """(fraction of copy bandwidth the engine reached for this kind on the model's own shape, that shape's name);
+    (None, None) when the shape or the kind was not measured."""
+    name, entry = measured_for(cfg, measured)
+    v = ((entry or {}).get("efficiency") or {}).get(kind)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1:
+        return float(v), name
+    return None, None
 
 
 def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=None) -> dict | None:
-    """The chunk time the board's SMs allow (compute/latency bound), from the chunk measured with an H200 confined
-    to N SMs (config/boards.yaml measured.sm_confined): t_N x (N / board SMs) x (H200 clock / board clock) /
-    (board tensor rate per SM per clock relative to Hopper), N the measured count nearest the board's (within 2x).
-    None when the kind was not measured that way, ``cfg`` (if given) is not the measured model shape, no count is
-    within 2x of the board's, or the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
+    """The chunk time the board's SMs allow (compute/latency bound), from the chunk of the model's own shape measured
+    with an H200 confined to N SMs (boards.yaml measured.shapes.<shape>.sm_confined): t_N x (N / board SMs) x (H200
+    clock / board clock) / (board tensor rate per SM per clock relative to Hopper), N the measured count nearest the
+    board's (within 2x). ``measured``: the whole measured section (the entry is found by ``cfg``'s shape) or one
+    shape's entry. None when the shape or kind was not measured that way, no count is within 2x of the board's, or
+    the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
     m = load_measured() if measured is None else measured
-    conf = m.get("sm_confined") or {}
-    shape = conf.get("shape") or {}
-    if cfg is not None and any(getattr(cfg, k, None) != v for k, v in shape.items()):
-        return None
+    if "sm_confined" in m:  # one shape's entry
+        entry, name = m, m.get("name")
+        shape = entry.get("shape") or {}
+        if cfg is not None and any(getattr(cfg, k, None) != v for k, v in shape.items()):
+            return None
+    else:
+        name, entry = measured_for(cfg, m)
+    conf = (entry or {}).get("sm_confined") or {}
     runs = (conf.get("chunk_ms") or {}).get(kind)
     clock = conf.get("clock_mhz")
     if not runs or not clock or not (board.sms and board.gpu_clock_mhz and board.tensor_rate_vs_hopper):
@@ -281,8 +320,9 @@ def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=Non
     if not 0.5 <= board.sms / int(n) <= 2:  # a chunk is not linear in SMs far from the measured count (the chain)
         return None
     ms = float(runs[n]) * (int(n) / board.sms) * (float(clock) / board.gpu_clock_mhz) / board.tensor_rate_vs_hopper
-    return {"chunk_ms": ms, "measured_sms": int(n), "measured_ms": float(runs[n]),
-            "basis": f"{kind} measured on {n} H200 SMs at {clock:g} MHz: {float(runs[n]):.2f} ms, scaled to "
+    where = f"{name} " if name else ""
+    return {"chunk_ms": ms, "measured_sms": int(n), "measured_ms": float(runs[n]), "shape": name,
+            "basis": f"{where}{kind} measured on {n} H200 SMs at {clock:g} MHz: {float(runs[n]):.2f} ms, scaled to "
                      f"{board.sms} SMs at {board.gpu_clock_mhz:g} MHz x {board.tensor_rate_vs_hopper:g} Hopper's "
                      f"tensor rate per SM per clock"}
 
@@ -307,19 +347,23 @@ def efficiency_from_measurement(chunk_bytes_total: float, chunk_ms: float, copy_
     return chunk_bytes_total / (chunk_ms * 1e-3) / (copy_gbps * 1e9)
 
 
+def chunk_kind(bytes_by_phase: dict) -> str:
+    """The measurement key of a chunk: weight format, + "-parallel" for parallel action decoding."""
+    return bytes_by_phase.get("weights", "") + ("-parallel" if bytes_by_phase.get("decoding") == "parallel" else "")
+
+
 def project(bytes_by_phase: dict, board: Board, efficiency: float | None = None, period_ms: float = PERIOD_MS,
-            safety_margin_ms: float = SAFETY_MARGIN_MS) -> dict:
+            safety_margin_ms: float = SAFETY_MARGIN_MS, cfg=None, measured: dict | None = None) -> dict:
     """Projected time per phase and chunk on ``board``: bytes / (board bandwidth x efficiency).
 
     ``efficiency`` (0 < e <= 1): the fraction of copy bandwidth the engine reached on the GPU it was measured
-    on. None: MEASURED_EFFICIENCY for the chunk's weight format and decoding, else 1.0 and the result says it
-    is a floor.
+    on. None: the efficiency measured for the chunk's kind on the model's own shape (``cfg``: measured.shapes in
+    boards.yaml), else 1.0 and the result says it is a floor (no other shape's number is used).
     The verdict compares the chunk with ``period_ms - safety_margin_ms``.
     """
-    basis = "given"
+    basis, shape = "given", None
     if efficiency is None:
-        key = bytes_by_phase.get("weights", "") + ("-parallel" if bytes_by_phase.get("decoding") == "parallel" else "")
-        efficiency = MEASURED_EFFICIENCY.get(key)
+        efficiency, shape = measured_efficiency(chunk_kind(bytes_by_phase), cfg, measured)
         basis = "measured"
     if efficiency is None:
         efficiency, basis = 1.0, "floor"
@@ -341,13 +385,14 @@ def project(bytes_by_phase: dict, board: Board, efficiency: float | None = None,
     if basis == "floor":
         note = FLOOR_NOTE
     else:
-        note = f"{basis} efficiency: {100 * efficiency:.1f} % of copy bandwidth"
+        note = f"{basis} efficiency: {100 * efficiency:.1f} % of copy bandwidth" + (
+            f" ({shape} shape, the model's own)" if shape else "")
     if board.copy_gbps is None:
         note += "; " + PEAK_NOTE
     return {
         "board": board.name, "bandwidth_gbps": board.effective_gbps,
         "bandwidth_kind": "measured copy" if board.copy_gbps else "vendor peak",
-        "efficiency": float(efficiency), "basis": basis, "note": note,
+        "efficiency": float(efficiency), "basis": basis, "note": note, "shape": shape,
         "vision_ms": ms(bytes_by_phase["vision"]), "prefill_ms": ms(bytes_by_phase["prefill"]),
         "decode_pass_ms": ms(bytes_by_phase["decode_pass"]), "decode_ms": ms(bytes_by_phase["decode"]),
         "chunk_ms": chunk_ms, "budget_ms": budget, "fits": chunk_ms <= budget,

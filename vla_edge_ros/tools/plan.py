@@ -4,7 +4,9 @@
 
 Prints the VRAM plan, the bytes one chunk must move (by phase, cache full) and, per board, the projected
 chunk time (bytes / (board bandwidth x efficiency)) with a fits / does-not-fit verdict against
-period - margin. Without a measured efficiency the times are floors at 100 % of the bandwidth.
+period - margin. The efficiency and the SM-confined compute/latency bound are the ones measured for the model's own
+shape (config/boards.yaml measured.shapes); a shape without a measurement gets floors at 100 % of the bandwidth and
+says so (one shape's time is never scaled to another). Last, the measured shapes side by side on every board.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ..model.config import ACTION_DECODING
 
 EXAMPLE = """example:
   vla-edge-plan --model ~/models/qwen2.5-1.5b-vla --board agx-orin --capacity 4096
+  vla-edge-plan --model ~/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --weights w4 --decoding parallel
   vla-edge-plan --model ~/models/qwen2.5-1.5b-vla-awq --efficiency 0.6 --json plan.json"""
 
 MB = 1e6
@@ -66,8 +69,8 @@ def _finite(kind):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vla-edge-plan", description="\n\n".join(__doc__.split("\n\n")[:2]), epilog=EXAMPLE,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, metavar="DIR",
-                   help="model directory (config.json; weights are not read)")
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help="model directory (config.json) or GGUF file (its metadata); weights are not read")
     p.add_argument("--board", default="all", metavar="NAME",
                    help="board name or alias from config/boards.yaml, or 'all' (default: %(default)s)")
     p.add_argument("--capacity", type=_finite(int), default=_node_default("kv_capacity_tokens", 4096), metavar="N",
@@ -101,8 +104,8 @@ def _fmt_bytes(b: float) -> str:
 def make_plan(a) -> dict:
     """Everything the tool prints, as plain data (EdgeError / ModelLoadError on bad input)."""
     from ..engine import system_prompt_ids
-    from ..model.config import ModelConfig
-    from ..vram_plan import vram_plan
+    from ..model.checkpoint import load_config
+    from ..vram_plan import cuda_shape_problems, vram_plan
 
     if not (1 <= a.capacity <= MAX_CAPACITY):
         raise edge.EdgeError(f"--capacity {a.capacity} must be between 1 and {MAX_CAPACITY}")
@@ -118,9 +121,9 @@ def make_plan(a) -> dict:
         raise edge.EdgeError(f"need --period-ms > --margin-ms >= 0, got {a.period_ms:g} and {a.margin_ms:g}")
     if a.json:
         _check_out(a.json)
-    if not os.path.isdir(a.model):
+    if not os.path.exists(a.model):
         raise edge.EdgeError(f"{a.model}: model directory not found")
-    cfg = ModelConfig.from_dir(a.model)
+    cfg = load_config(a.model)
     prompt = a.prompt_tokens
     if prompt is None:
         prompt = int(len(system_prompt_ids(a.model, cfg.vocab_size)))
@@ -136,17 +139,18 @@ def make_plan(a) -> dict:
     chunk = edge.chunk_bytes(cfg, a.capacity, prompt_tokens=prompt,
                              weights=None if a.weights == "model" else a.weights,
                              decoding=None if a.decoding == "model" else a.decoding)
-    proj = [edge.project(chunk, b, a.efficiency, a.period_ms, a.margin_ms) for b in boards]
+    measured = edge.load_measured()
+    proj = [edge.project(chunk, b, a.efficiency, a.period_ms, a.margin_ms, cfg=cfg, measured=measured) for b in boards]
     floor = [edge.project(chunk, b, 1.0, a.period_ms, a.margin_ms) for b in boards]
     plan = vram_plan(cfg, a.capacity)
     mem = [edge.memory_fit(plan["total"], b) for b in boards]
-    kind = chunk["weights"] + ("-parallel" if chunk["decoding"] == "parallel" else "")
-    measured = edge.load_measured()
+    kind = edge.chunk_kind(chunk)
     comp = [edge.compute_bound(kind, b, measured, cfg) for b in boards]
     for f, c in zip(floor, comp):
         if c is not None:
             c["binds"] = "compute/latency" if c["chunk_ms"] > f["chunk_ms"] else "bytes"
             c["verdict"] = "fits" if max(c["chunk_ms"], f["chunk_ms"]) <= f["budget_ms"] else "does not fit"
+    shape_name, _ = edge.measured_for(cfg, measured)
     return {
         "model": os.path.abspath(a.model),
         "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
@@ -158,7 +162,40 @@ def make_plan(a) -> dict:
                         compute_bound=c)
                    for p, m, b, f, c in zip(proj, mem, boards, floor, comp)],
         "period_ms": a.period_ms, "margin_ms": a.margin_ms, "boards_file": edge.boards_path(), "what_if": what_if,
+        "kind": kind, "measured_shape": shape_name, "cuda_shape_problems": cuda_shape_problems(cfg),
+        "shapes": shapes_table(kind, boards, measured, a.capacity, a.period_ms, a.margin_ms),
     }
+
+
+def shapes_table(kind: str, boards, measured: dict, capacity: int, period_ms: float, margin_ms: float) -> list[dict]:
+    """The measured shapes of config/boards.yaml side by side, for one kind, on every board: the byte floor (100 %
+    bandwidth), the byte time at that shape's own measured efficiency, and that shape's own SM-confined
+    compute/latency bound; each shape only with its own measurements (64-token prompt, as measured)."""
+    from types import SimpleNamespace
+
+    rows = []
+    for name, entry in edge.measured_shapes(measured).items():
+        shape = entry.get("shape") or {}
+        cfg = SimpleNamespace(**{k: int(v) for k, v in shape.items()}, vocab_size=151936)
+        cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
+        fmt, dec = (kind.split("-", 1) + [""])[:2]
+        chunk = edge.chunk_bytes(cfg, capacity, weights=fmt, decoding="parallel" if dec else "autoregressive",
+                                 prompt_tokens=64)
+        eff = (entry.get("efficiency") or {}).get(kind)
+        per_board = []
+        for b in boards:
+            floor = edge.project(chunk, b, 1.0, period_ms, margin_ms)
+            at_eff = edge.project(chunk, b, float(eff), period_ms, margin_ms) if eff else None
+            comp = edge.compute_bound(kind, b, entry, cfg)
+            worst = max([floor["chunk_ms"]] + [c["chunk_ms"] for c in (comp,) if c])
+            per_board.append({"board": b.name, "floor_ms": floor["chunk_ms"],
+                              "at_measured_efficiency_ms": at_eff["chunk_ms"] if at_eff else None,
+                              "compute_bound_ms": comp["chunk_ms"] if comp else None,
+                              "verdict": "fits" if worst <= floor["budget_ms"] else "does not fit",
+                              "budget_ms": floor["budget_ms"]})
+        rows.append({"shape": name, "h200_chunk_ms": (entry.get("h200_chunk_ms") or {}).get(kind),
+                     "efficiency": eff, "boards": per_board})
+    return rows
 
 
 def render(r: dict) -> str:
@@ -210,7 +247,15 @@ def render(r: dict) -> str:
     first = r["boards"][0]
     eff = (edge.FLOOR_NOTE if first["basis"] == "floor"
            else f"{first['basis']} efficiency: {100 * first['efficiency']:.1f} % of copy bandwidth")
+    if first["basis"] == "measured":
+        eff += f", measured on this model's own shape ({r['measured_shape']})"
     out += ["", "Notes:", "  - " + eff]
+    if r["measured_shape"] is None:
+        out.append("  - this model's shape has no measurement in the boards file (measured: "
+                   f"{', '.join(s['shape'] for s in r['shapes']) or 'none'}): byte floors only, no other shape's "
+                   "numbers are used; run chunk_bench on it (whole GPU and --sms N) to add one")
+    if r["cuda_shape_problems"]:
+        out.append("  - the CUDA engine does not run this shape (" + "; ".join(r["cuda_shape_problems"]) + ")")
     if first["basis"] != "floor":
         out.append("  - floor ms: the same bytes at 100 % of the bandwidth (the optimistic bound). The engine's "
                    "measured efficiency comes from an H200, where the chunk is bound by its chain of dependent "
@@ -231,8 +276,37 @@ def render(r: dict) -> str:
     elif r["boards"]:
         out.append("  - no compute/latency bound: this kind and model shape were not measured with the GPU confined to "
                    "a board's SMs (chunk_bench --sms)")
+    out += render_shapes(r)
     out.append(f"  - boards: {r['boards_file']}")
     return "\n".join(out)
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def render_shapes(r: dict) -> list[str]:
+    """The measured shapes side by side (one kind: the model's), per board: floor / at measured efficiency /
+    compute bound, and the verdict on the worst of the floor and the compute bound."""
+    if not r["shapes"]:
+        return []
+    kind = r["kind"]
+    out = ["", f"Measured shapes, {kind}, on each board (chunk ms: byte floor / bytes at that shape's measured "
+           f"efficiency / that shape's SM-confined compute bound; verdict on max(floor, compute)); each shape with its "
+           f"own measurements only, 64-token prompt, {r['chunk_bytes']['capacity']} slots:"]
+    names = [s["shape"] for s in r["shapes"]]
+    out.append(f"  {'board':<24} " + " ".join(f"{n:<34}" for n in names).rstrip())
+    h200 = " ".join(f"{('H200 ' + _ms(s['h200_chunk_ms']) + ' ms measured') if s['h200_chunk_ms'] else '-':<34}"
+                    for s in r["shapes"])
+    out.append(f"  {'(whole H200, measured)':<24} {h200}".rstrip())
+    for i, b in enumerate(r["shapes"][0]["boards"]):
+        cells = []
+        for s in r["shapes"]:
+            c = s["boards"][i]
+            cells.append(f"{_ms(c['floor_ms'])} / {_ms(c['at_measured_efficiency_ms'])} / "
+                         f"{_ms(c['compute_bound_ms'])} {c['verdict']}")
+        out.append(f"  {b['board']:<24} " + " ".join(f"{x:<34}" for x in cells).rstrip())
+    return out
 
 
 def _check_out(path: str) -> str:
