@@ -113,6 +113,7 @@ class AdmissionController:
         self._decode_per_token = 0.0
         self._other = 0.0
         self._abs_dev = 0.0
+        self._prompt_per_token: float | None = None  # instruction prefills (update_prompt); None: none measured yet
         self._samples = 0
         self._clipped = 0
         self._decisions = {reason: 0 for reason in REASONS}
@@ -216,6 +217,26 @@ class AdmissionController:
                     self._abs_dev += a * (deviation - self._abs_dev)
             self._samples += 1
 
+    # --- the instruction prefill (a phase of its own: it runs between chunks, never inside one) ---------------
+
+    def update_prompt(self, ms: float, tokens: int) -> None:
+        """Fold one measured prompt prefill (an instruction change) into its EMA."""
+        if not (ms >= 0.0 and tokens > 0) or ms != ms or ms == float("inf"):
+            raise ValueError(f"bad prompt timing: {ms!r} ms for {tokens!r} tokens")
+        per = ms / tokens
+        with self._lock:
+            if self._prompt_per_token is None:
+                self._prompt_per_token = per
+            else:
+                self._prompt_per_token += self.ema_alpha * (per - self._prompt_per_token)
+
+    def prompt_estimate_ms(self, tokens: int) -> float:
+        """Predicted prefill of a `tokens`-token prompt: its own EMA once one was measured, before that the chunk
+        prefill's per-token EMA (the same kernels)."""
+        with self._lock:
+            per = self._prompt_per_token if self._prompt_per_token is not None else self._prefill_per_token
+            return float(per) * int(tokens)
+
     # --- reporting -------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, float]:
@@ -230,6 +251,7 @@ class AdmissionController:
                 "estimate": float(self._estimate()),
                 "samples": float(self._samples),
                 "clipped": float(self._clipped),
+                "prompt_per_token": float("nan") if self._prompt_per_token is None else float(self._prompt_per_token),
             }
 
     def decisions(self) -> dict[str, int]:

@@ -61,8 +61,9 @@ FALLBACK_MODES = ("zero", "hold")
 # last guard before publishing found NaN/inf in the action or its twist (see `finalize`);
 # "inactive": the one zero action published when the caller stops (see `stop_outcome`).
 # "internal_error": the caller's last resort when the cycle itself raised (see `internal_error_outcome`).
+# "instruction_change": a new instruction is being prefilled into the pinned prompt (see `request_instruction`).
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-           "internal_error", "non_finite", "inactive")
+           "internal_error", "non_finite", "inactive", "instruction_change")
 FALLBACK_REASONS = tuple(r for r in REASONS if r != "fresh")  # "repeat" is a fallback until a model action exists
 ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")  # the rest of the fallbacks are warnings
 TWIST_COMPONENTS = 6
@@ -160,6 +161,8 @@ class CycleOutcome:
     missed_before: int = 0  # grid slots between the previous tick and this one that never ran
     clamped: int = 0  # twist components the command limits clamped (runtime.Runtime.publish_outcome)
     t_command: float | None = None  # when the limits were applied, just before publishing (their time base)
+    instruction: object | None = None  # the instruction.Instruction active in this cycle
+    instruction_since: float | None = None  # when it took effect (monotonic s; None: since start-up)
 
 
 REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)
@@ -178,7 +181,7 @@ class ReasoningCycle:
                  period_ms: float = PERIOD_MS, safety_margin_ms: float = SAFETY_MARGIN_MS,
                  max_frame_age_ms: float = MAX_FRAME_AGE_MS,
                  fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
-                 probe_after: int = 0):
+                 probe_after: int = 0, instruction_min_cycles: int = 1):
         if fallback not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
         check_budget(period_ms, safety_margin_ms)
@@ -214,10 +217,21 @@ class ReasoningCycle:
         # On a loaded CPU the waiting thread wakes milliseconds late (scheduler, GIL); the guard learns
         # that lag and stops waiting earlier by the part the safety margin does not cover.
         self._publish_lags: collections.deque[tuple[float, float]] = collections.deque(maxlen=WAKE_LAG_WINDOW)
+        # Instruction changes (request_instruction): at most one applied per `instruction_min_cycles` cycles; a
+        # newer request replaces one still waiting (coalesced); `instruction_log` has one record per change.
+        self.instruction_min_cycles = max(1, int(instruction_min_cycles))
+        self._instr_pending = None  # (Instruction, its record) waiting to start
+        self._instr_running = None  # (Instruction, future, its record) being prefilled on the engine worker
+        self._cycles_since_change = self.instruction_min_cycles
+        self.instruction_since: float | None = None
+        self.instruction_changes = 0  # applied
+        self.instruction_coalesced = 0  # replaced by a newer request before they started
+        self.instruction_failures = 0  # prefills that raised (the previous instruction stayed)
+        self.instruction_log: list[dict] = []
 
     def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
                   max_frame_age_ms: float | None = None, fallback: str | None = None,
-                  probe_after: int | None = None) -> None:
+                  probe_after: int | None = None, instruction_min_cycles: int | None = None) -> None:
         """Change settings between ticks (the caller's thread, e.g. a parameter callback on the timer's
         executor). Raises ValueError and changes nothing when the new values are impossible."""
         period_s = self.period_s if period_ms is None else float(period_ms) / 1000.0
@@ -234,6 +248,8 @@ class ReasoningCycle:
         if probe_after is not None:
             self.probe_after = int(probe_after)
             self._probe_gap = self._first_probe_gap()
+        if instruction_min_cycles is not None:
+            self.instruction_min_cycles = max(1, int(instruction_min_cycles))
         if period_ms is not None:
             self.reset_schedule()  # the tick grid restarts with the new period (a new timer)
 
@@ -287,6 +303,8 @@ class ReasoningCycle:
         if missed:
             self.stats.record_missed(missed)
         self._harvest_late(out)
+        if self._instruction_step(out):
+            return out
 
         frame = self.fb.latest()
         if frame is None:
@@ -339,6 +357,80 @@ class ReasoningCycle:
         out.chunk, out.timings, out.image = res, res.timings, image
         self._learn(res.timings)
         return self._model(out, "fresh", action)
+
+    # --- instructions -------------------------------------------------------------------------------------
+
+    def request_instruction(self, instruction) -> None:
+        """Make `instruction` (instruction.Instruction, already checked and tokenized) the task, as soon as the
+        rules allow: not within `instruction_min_cycles` cycles of the previous change, not while a chunk still
+        runs. A request still waiting when a newer one comes is replaced (counted in `instruction_coalesced`)."""
+        rec = {"text": instruction.text, "source": instruction.source, "prompt_tokens": int(len(instruction.ids)),
+               "instruction_tokens": int(instruction.instruction_tokens), "requested": self.clock(),
+               "started": None, "applied": None, "cycles": 0, "prefill_ms": None, "ok": None, "error": None}
+        if self._instr_pending is not None:
+            self.instruction_coalesced += 1
+            self._instr_pending[1]["ok"], self._instr_pending[1]["error"] = False, "coalesced: a newer one came"
+        self._instr_pending = (instruction, rec)
+        self.instruction_log.append(rec)
+        del self.instruction_log[:-64]  # the latest 64 changes
+
+    @property
+    def instruction_in_progress(self) -> bool:
+        return self._instr_running is not None or self._instr_pending is not None
+
+    def _instruction_step(self, out: CycleOutcome) -> bool:
+        """The instruction part of a tick. True: this cycle is an `instruction_change` fallback (a change runs or
+        waits to start); False: the cycle goes on (no change, or one just finished: the new prompt is in place).
+
+        The prefill of the new prompt runs on the engine worker like a chunk, and nothing waits for it: each cycle
+        until it is done publishes the zero fallback `instruction_change` on time (a change costs cycles, never a
+        deadline). Zero, whatever the fallback mode: holding the old task's command would carry it on under the new
+        one. When it is done, the last model action is forgotten (no `repeat` of the old task's action)."""
+        self._cycles_since_change += 1
+        out.instruction, out.instruction_since = getattr(self.engine, "instruction", None), self.instruction_since
+        if self._instr_running is not None:
+            instr, fut, rec = self._instr_running
+            if not fut.done():
+                rec["cycles"] += 1
+                return self._instruction_fallback(out)
+            self._instr_running = None
+            try:
+                ms = fut.result()
+            except Exception as e:  # noqa: BLE001 - the engine put the previous prompt back
+                self.instruction_failures += 1
+                rec["ok"], rec["error"] = False, f"{type(e).__name__}: {e}"
+                out.error = f"instruction change failed, the previous instruction stays: {rec['error']}"
+            else:
+                self.instruction_changes += 1
+                self._cycles_since_change = 0
+                rec.update(ok=True, applied=self.clock(), prefill_ms=ms)
+                self.instruction_since = rec["applied"]
+                self._last_model, self._last_seq = None, -1
+                try:
+                    self.admission.update_prompt(ms, len(instr.ids))
+                except ValueError:
+                    self.bad_timings += 1
+                out.instruction, out.instruction_since = self.engine.instruction, self.instruction_since
+        if self._instr_pending is None or self._cycles_since_change < self.instruction_min_cycles:
+            return False
+        instr, rec = self._instr_pending
+        rec["cycles"] += 1
+        if self._pending is not None or self.engine.busy:  # a late chunk of the old task: wait for it
+            return self._instruction_fallback(out)
+        self._instr_pending = None
+        rec["started"] = self.clock()
+        try:
+            self._instr_running = (instr, self.engine.submit_instruction(instr), rec)
+        except Exception as e:  # noqa: BLE001 - cannot start: the previous instruction stays
+            self.instruction_failures += 1
+            rec["ok"], rec["error"] = False, f"{type(e).__name__}: {e}"
+            out.error = f"instruction change failed, the previous instruction stays: {rec['error']}"
+        return self._instruction_fallback(out)
+
+    def _instruction_fallback(self, out: CycleOutcome) -> bool:
+        self._fallback(out, "instruction_change")
+        out.action = self._last_action = np.zeros(ACTION_TOKENS, np.float32)
+        return True
 
     def finalize(self, outcome: CycleOutcome, twist_map=range(TWIST_COMPONENTS),
                  twist_scale=(1.0,) * TWIST_COMPONENTS) -> list[float]:

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .cycle import ERROR_REASONS, FALLBACK_REASONS, CycleOutcome
+from .instruction import summary
 
 
 def cycle_level(out: CycleOutcome) -> str:
@@ -59,6 +60,10 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
         vals["twist"] = ",".join(f"{float(x):.6f}" for x in twist)
     if out.t_command is not None:
         vals["t_command_monotonic"] = f"{out.t_command:.6f}"
+    if out.instruction is not None:  # the task this cycle ran under, and since when (monotonic s; -1: start-up)
+        vals.update(instruction=summary(out.instruction), instruction_tokens=out.instruction.instruction_tokens,
+                    instruction_since_monotonic=(f"{out.instruction_since:.6f}" if out.instruction_since is not None
+                                                 else -1))
     return vals
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,9 @@ from .contract import (NON_FINITE_TOKEN, BackendResult, ChunkPlan, NonFiniteOutp
 from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
+from .instruction import InstructionError, PromptBuilder
 from .model.checkpoint import load_config, load_model
+from .model.tokenizer import load_tokenizer
 from .model.weights import Weights
 from .realtime import set_realtime_priority
 
@@ -64,18 +67,16 @@ def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: fl
     return ReferenceModel(weights, capacity)
 
 
-def system_prompt_ids(model_path: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS) -> np.ndarray:
-    """Token ids of the pinned system prompt.
+def system_prompt_ids(model_path: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS, tokenizer=False) -> np.ndarray:
+    """Token ids of the pinned system prompt when no instruction is given.
 
-    With the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary) the default prompt text is
-    encoded; a generated model has none, so a fixed, deterministic id sequence stands in. Either way the ids avoid
-    the action range and the start token.
+    With the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary; `tokenizer` when the caller has it
+    loaded, None for none) the default prompt text is encoded; a generated model has none, so a fixed, deterministic
+    id sequence stands in. Either way the ids avoid the action range and the start token.
     """
-    from .model.tokenizer import load_tokenizer
-
     limit = vocab_size - ACTION_VOCAB - 1
     try:
-        tok = load_tokenizer(model_path)
+        tok = load_tokenizer(model_path) if tokenizer is False else tokenizer
         ids = [i for i in tok.encode(DEFAULT_SYSTEM_PROMPT) if i < limit] if tok is not None else []
         if ids:
             return np.asarray(ids, np.int32)
@@ -109,13 +110,24 @@ class Engine:
     def __init__(self, model_dir, backend: str = "auto", kv_capacity_tokens: int = KV_CAPACITY_TOKENS,
                  policy: str = "fifo", window_frames: int = 8, action_low=-1.0, action_high=1.0,
                  vram_ceiling_gb: float = VRAM_CEILING_GB,
-                 weights: Weights | None = None):
+                 weights: Weights | None = None, instruction: str = "", instruction_template: str = "auto",
+                 max_instruction_tokens: int = 256):
         self.model_dir = str(model_dir)
         self.weights = weights if weights is not None else load_model(self.model_dir)
         cfg = self.cfg = self.weights.cfg
         self.policy_name, self.window_frames = policy, window_frames
-        self.prompt_ids = system_prompt_ids(self.model_dir, cfg.vocab_size)
         self.capacity = int(kv_capacity_tokens)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.prompts = PromptBuilder(self.tokenizer, cfg.vocab_size, self.capacity, DEFAULT_SYSTEM_PROMPT,
+                                     system_prompt_ids(self.model_dir, cfg.vocab_size, tokenizer=self.tokenizer),
+                                     instruction_template,
+                                     max_instruction_tokens)
+        self.instruction_error = None  # why the start-up instruction was refused (the default prompt runs instead)
+        try:
+            self.instruction = self.prompts.build(instruction, "start")
+        except InstructionError as e:
+            self.instruction_error, self.instruction = str(e), self.prompts.default()
+        self.prompt_ids = self.instruction.ids
         self.cache = self._new_cache()  # validates capacity and policy before any device allocation
         self.backend = make_backend(backend, self.weights, self.capacity, vram_ceiling_gb)
         self.backend.load_prompt(self.prompt_ids, self.cache.prompt_slots)
@@ -205,6 +217,39 @@ class Engine:
         fut.add_done_callback(lambda _: self._busy.clear())
         return fut
 
+    def apply_instruction(self, instruction) -> float:
+        """Make `instruction` (instruction.Instruction) the pinned prompt: prefill it into slots 0..P-1 and drop every
+        retained frame (their keys and values were computed after the old prompt, so no action mixes two
+        instructions; the positions restart contiguous). Returns the prefill's milliseconds. On failure the previous
+        prompt is prefilled again and the error raised: the previous instruction stays active."""
+        with self._chunk_lock:
+            old = (self.instruction, self.prompt_ids, self.cache)
+            t0 = time.perf_counter()
+            try:
+                self.prompt_ids = np.asarray(instruction.ids, np.int32)
+                self.cache = self._new_cache()
+                self.backend.load_prompt(self.prompt_ids, self.cache.prompt_slots)
+            except BaseException:
+                self.instruction, self.prompt_ids, _ = old
+                self.cache = self._new_cache()  # the old prompt's slots were overwritten: prefill it again
+                self.backend.load_prompt(self.prompt_ids, self.cache.prompt_slots)
+                raise
+            self.instruction = instruction
+            return (time.perf_counter() - t0) * 1000.0
+
+    def submit_instruction(self, instruction) -> concurrent.futures.Future:
+        """`apply_instruction` on the worker thread (the engine is `busy` meanwhile); the future gives its ms."""
+        if self._busy.is_set():
+            raise EngineError("engine is busy with an earlier chunk")
+        self._busy.set()
+        try:
+            fut = self._worker.submit(self.apply_instruction, instruction)
+        except BaseException:
+            self._busy.clear()
+            raise
+        fut.add_done_callback(lambda _: self._busy.clear())
+        return fut
+
     def warmup(self, chunks: int = 3, seed: int = 0) -> list[PhaseTimings]:
         """Compile, capture and run a few dry chunks so timings start from steady state; then forget
         those frames so the live stream starts with an empty history."""
@@ -221,6 +266,7 @@ class Engine:
         s["weights"] = self.weight_format
         s["action_decoding"] = self.action_decoding
         s["prompt_tokens"] = int(len(self.prompt_ids))
+        s["instruction_tokens"] = int(self.instruction.instruction_tokens)
         peak = getattr(self.backend, "peak_vram_bytes", None)
         s["peak_vram_bytes"] = peak
         return s

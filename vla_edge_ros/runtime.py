@@ -20,6 +20,7 @@ from .contract import NonFiniteOutput
 from .cycle import (FALLBACK_REASONS, CycleOutcome, ReasoningCycle, WarmupInterrupted, deadline_warning,
                     probe_after_cycles, release_after_run, settle_after_warmup, warm_up)
 from .frame_buffer import FrameBuffer
+from .instruction import InstructionError, summary
 from .metrics import VramSampler
 
 TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection: chunks fail while the named file exists
@@ -63,6 +64,9 @@ class Runtime:
         self.vram = VramSampler(interval_s=vram_interval_s)  # whole-device memory when a GPU is present, else idle
         self.vram.start()
         self.deadline_warning = self._deadline_warning()
+        self.instruction_refused = 0  # set_instruction calls refused (InstructionError)
+        self.instruction_unchanged = 0  # requests for the instruction already active
+        self.instruction_last_refusal = getattr(engine, "instruction_error", None) or ""
 
     @classmethod
     def build(cls, model_path: str, settings, frame_buffer: FrameBuffer, engine_factory=None,
@@ -103,7 +107,13 @@ class Runtime:
             cycle = ReasoningCycle(engine, frame_buffer, admission, period_ms=s.period_ms,
                                    safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                                    fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
-                                   stats=stats)
+                                   stats=stats, instruction_min_cycles=s.instruction_min_interval_cycles)
+            if getattr(engine, "instruction_error", None):
+                warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
+            fit = s.kv_capacity_tokens - len(engine.prompt_ids) - 40
+            if getattr(engine, "prompts", None) is not None and s.max_instruction_tokens > fit > 0:
+                warn(f"max_instruction_tokens={s.max_instruction_tokens} does not fit kv_capacity_tokens="
+                     f"{s.kv_capacity_tokens}: instructions of more than about {fit} tokens will be refused")
         except BaseException:
             engine.close()
             raise
@@ -133,6 +143,38 @@ class Runtime:
     def internal_error_outcome(self, t0: float, error: BaseException, stamp_ns: int | None) -> CycleOutcome:
         return self.cycle.internal_error_outcome(t0, error, stamp_ns)
 
+    # --- instructions ------------------------------------------------------------------------------------
+
+    def set_instruction(self, text, source: str = "parameter"):
+        """Check and tokenize `text` and hand it to the cycle, which applies it between chunks (DESIGN.md §8).
+        Returns the Instruction, or None when it is the one already active; raises InstructionError (one line,
+        counted, kept as `instruction_last_refusal`) and changes nothing when it is refused."""
+        try:
+            instr = self.engine.prompts.build(text, source)
+        except InstructionError as e:
+            self.instruction_refused += 1
+            self.instruction_last_refusal = f"{source}: {e}"
+            raise
+        if not self.cycle.instruction_in_progress and instr.text == self.engine.instruction.text:
+            self.instruction_unchanged += 1
+            return None
+        self.cycle.request_instruction(instr)
+        return instr
+
+    def instruction_values(self) -> dict:
+        """The active instruction and the change counters (/diagnostics, the bench report)."""
+        cyc, instr = self.cycle, self.engine.instruction
+        since = cyc.instruction_since
+        return {"instruction": summary(instr), "instruction_tokens": instr.instruction_tokens,
+                "instruction_template": instr.template, "prompt_tokens": int(len(instr.ids)),
+                "instruction_source": instr.source,
+                "instruction_active_s": (cyc.clock() - since) if since is not None else "since start-up",
+                "instruction_changes": cyc.instruction_changes, "instruction_coalesced": cyc.instruction_coalesced,
+                "instruction_failures": cyc.instruction_failures, "instruction_refused": self.instruction_refused,
+                "instruction_unchanged": self.instruction_unchanged,
+                "instruction_pending": cyc.instruction_in_progress,
+                "instruction_last_refusal": self.instruction_last_refusal or "none"}
+
     # --- run-time changes ----------------------------------------------------------------------------------
 
     def apply(self, changes: dict) -> None:
@@ -144,11 +186,25 @@ class Runtime:
         # period_ms only when it changed: configure() restarts the tick grid on a new period
         self.cycle.configure(period_ms=s.period_ms if "period_ms" in changes else None,
                              safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
-                             fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms))
+                             fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
+                             instruction_min_cycles=s.instruction_min_interval_cycles)
         if {"period_ms", "safety_margin_ms"} & set(changes):
             self.deadline_warning = self._deadline_warning()
         if {"velocity_limits", "acceleration_limits"} & set(changes):
             self.limiter.configure(s.velocity_limits, s.acceleration_limits)
+        if "instruction" in changes:  # checked by the caller before it accepted the value (check_instruction)
+            try:
+                self.set_instruction(s.instruction, "parameter")
+            except InstructionError:
+                pass  # counted and kept in instruction_last_refusal
+
+    def check_instruction(self, text) -> str | None:
+        """Why `text` would be refused as the instruction (nothing changes), or None."""
+        try:
+            self.engine.prompts.build(text)
+        except InstructionError as e:
+            return str(e)
+        return None
 
     def _deadline_warning(self) -> str | None:
         s = self.settings
@@ -201,6 +257,8 @@ class Runtime:
         r["period_ms"] = self.settings.period_ms
         if self.deadline_warning:
             r["admission_warning"] = self.deadline_warning
+        if getattr(self.engine, "prompts", None) is not None:
+            r.update(self.instruction_values())
         return r
 
     # --- the end ---------------------------------------------------------------------------------------
@@ -229,7 +287,8 @@ class Runtime:
 def _make_engine(factory, model_path: str, s, weights):
     kwargs = dict(backend=s.backend, kv_capacity_tokens=s.kv_capacity_tokens, policy=s.policy,
                   window_frames=s.window_frames, action_low=s.action_low, action_high=s.action_high,
-                  vram_ceiling_gb=s.vram_ceiling_gb)
+                  vram_ceiling_gb=s.vram_ceiling_gb, instruction=s.instruction,
+                  instruction_template=s.instruction_template, max_instruction_tokens=s.max_instruction_tokens)
     if weights is not None:
         kwargs["weights"] = weights
     try:

@@ -28,6 +28,7 @@ from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV
 from .cycle import FALLBACK_MODES, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
+from .instruction import MAX_INSTRUCTION_CHARS, TEMPLATES
 
 
 class ParamError(ValueError):
@@ -119,6 +120,20 @@ REASONING_SPECS: tuple[Spec, ...] = (
          "never.", 0.0, 3600.0),
     Spec("warmup_chunks", 3, "Dry chunks run before the node reports ready (compile, capture, EMAs).", 0, 1000,
          configure_time=True),
+    Spec("instruction", "", "The task in words (e.g. 'pick up the red cup'), rendered with instruction_template and "
+         "tokenized with the model's own tokenizer into the pinned prompt. Settable at run time, and by the "
+         "~/instruction topic (the last one wins). A change drops the retained frames (they saw the old prompt) and "
+         "costs instruction_change fallbacks, never a deadline; a refused one (empty, control characters only, too "
+         "long, no tokenizer) is a warning and the previous instruction stays. Empty: the default system prompt.",
+         tunable=True, max_chars=MAX_INSTRUCTION_CHARS),
+    Spec("instruction_template", "auto", "How an instruction becomes the prompt: auto (the model's chat template "
+         "when it has one, else raw) | chat (system + user turn of the chat template) | raw (the system prompt, a "
+         "newline, the instruction).", choices=TEMPLATES, configure_time=True),
+    Spec("max_instruction_tokens", 256, "Longest instruction accepted, in the model's tokens; the whole prompt + one "
+         "frame + 8 action tokens must also fit kv_capacity_tokens.", 1, 1 << 16, configure_time=True),
+    Spec("instruction_min_interval_cycles", 10, "At most one instruction change is applied per this many cycles; a "
+         "newer request meanwhile replaces the waiting one (coalesced, counted in /diagnostics).", 1, 1 << 20,
+         tunable=True),
     Spec("diagnostics_period_s", 1.0, "Period of the /diagnostics roll-up (s).", 0.05, 60.0),
     Spec("realtime_priority", 0, "SCHED_FIFO priority (1-99) of the reasoning executor thread, and this minus 1 "
          "of the engine worker, so the deadline guard wakes and gets the interpreter on time on a busy CPU; 0: "

@@ -46,7 +46,7 @@ def model_path_problem(path) -> str | None:
     p = Path(str(path)).expanduser()
     try:
         if not p.exists():
-            return "no such directory or GGUF file"
+            return "no such model (no such directory or GGUF file)"
         if p.is_file():
             if not is_gguf(p):
                 return "not a GGUF file (a model is a .gguf file or a folder with config.json and *.safetensors)"

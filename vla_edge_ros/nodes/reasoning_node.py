@@ -36,10 +36,11 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.qos_overriding_options import QoSOverridingOptions
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image
-from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension, String
 
 from ..cache import generated_model
 from ..constants import ACTION_TOKENS
@@ -48,6 +49,7 @@ from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
 from ..engine import prompt_length
 from ..frame_buffer import FrameBuffer
 from ..image_convert import DROP_KINDS
+from ..instruction import InstructionError
 from ..metrics import GcPauses
 from ..realtime import normal_scheduling
 from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
@@ -112,6 +114,14 @@ class ReasoningNode(LifecycleNode):
                                             clock=Clock(clock_type=STEADY))
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
                                configured=lambda: self.lifecycle_state != "unconfigured")
+        self.add_on_set_parameters_callback(self._check_instruction_param)
+        # ~/instruction: the task in words, latched (reliable + transient local: a late joiner gets the last one).
+        # Taken as serialized bytes and decoded here, so a message that is not valid UTF-8 is one warning.
+        self._instruction_early = None  # (text or bytes) received before configure: applied once configured
+        self.sub_instruction = self.create_subscription(
+            String, "~/instruction", self._on_instruction_msg,
+            QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL), raw=True)
         self._guard_change_state_service()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -181,6 +191,9 @@ class ReasoningNode(LifecycleNode):
             f"({len(rt.warmup_timings)} warm-up chunks)")
         if rt.deadline_warning:
             self.get_logger().warn(rt.deadline_warning)
+        if self._instruction_early is not None:  # a ~/instruction that arrived while configuring: the last one wins
+            early, self._instruction_early = self._instruction_early, None
+            self._set_instruction(early, "topic")
         return SUCCESS
 
     def _build(self):
@@ -320,6 +333,45 @@ class ReasoningNode(LifecycleNode):
         if "period_ms" in changes and self.timer is not None:
             self.destroy_timer(self.timer)
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
+
+    # --- instructions --------------------------------------------------------------------------------------------
+
+    def _check_instruction_param(self, params):
+        """Refuse an `instruction` parameter the model cannot take (the setter gets the reason; nothing changes)."""
+        from rcl_interfaces.msg import SetParametersResult
+
+        for prm in params:
+            if prm.name == "instruction" and self.runtime is not None:
+                why = self.runtime.check_instruction(prm.value)
+                if why:
+                    self.get_logger().warn(f"instruction parameter refused: {why}; the previous instruction stays")
+                    return SetParametersResult(successful=False, reason=f"instruction refused: {why}")
+        return SetParametersResult(successful=True)
+
+    def _on_instruction_msg(self, raw: bytes) -> None:
+        try:
+            text = deserialize_message(raw, String).data
+        except (UnicodeDecodeError, ValueError, TypeError) as e:  # not valid UTF-8 (rclpy decodes the string)
+            text = bytes(raw[8:])  # the CDR payload: clean() names what is wrong with it
+            if not isinstance(e, UnicodeDecodeError):
+                text = f"undecodable message ({type(e).__name__})"
+        self._set_instruction(text, "topic")
+
+    def _set_instruction(self, text, source: str) -> None:
+        if self.runtime is None:
+            self._instruction_early = text
+            return
+        try:
+            instr = self.runtime.set_instruction(text, source)
+        except InstructionError as e:
+            self.get_logger().warn(f"instruction from {source} refused: {e}; the previous instruction stays",
+                                   throttle_duration_sec=1.0)
+            return
+        if instr is not None:
+            self.get_logger().info(f"instruction from {source} ({instr.instruction_tokens} tokens, prompt "
+                                   f"{len(instr.ids)} tokens, {instr.template}): {instr.text[:120]!r}; applying "
+                                   f"(instruction_change fallbacks until the prompt is prefilled)",
+                                   throttle_duration_sec=1.0)
 
     # --- the cycle -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""The language part of the VLA: a task in words, checked and turned into the pinned prompt (ROS-free).
+
+An instruction arrives as text (the `instruction` parameter, the `~/instruction` topic, the bench's schedule). It is
+checked before anything else is done with it, then rendered with the model's own chat template (or appended to the
+system prompt as raw text) and tokenized with the model's own tokenizer. The result, an `Instruction`, is what the
+engine prefills into the pinned prompt region of the KV cache (DESIGN.md §5, §8).
+
+Bounded before tokenizing: at most MAX_INSTRUCTION_CHARS characters; not valid UTF-8 (lone surrogates), empty,
+or control characters only is refused; control characters inside the text are removed, and so are the strings of
+the tokenizer's special tokens ("<|im_end|>"...), so an instruction cannot close the user turn and write one of its
+own. After tokenizing at most `max_instruction_tokens` tokens, and the whole prompt plus one frame and the action
+tokens must fit the KV cache. Each refusal is one `InstructionError` line; the previous instruction stays.
+"""
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from .constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
+
+MAX_INSTRUCTION_CHARS = 4096  # checked before tokenizing: a 1 MB string costs a length check, nothing more
+TEMPLATES = ("auto", "chat", "raw")  # auto: the model's chat template when it has one, else raw
+KEEP_CONTROLS = ("\n", "\t")
+
+
+class InstructionError(ValueError):
+    """An instruction that is refused (one line); the active one stays."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    text: str  # as checked ("" = no task: the default system prompt)
+    ids: np.ndarray  # int32: the whole pinned prompt
+    instruction_tokens: int  # tokens of the instruction text alone (0 for none)
+    template: str  # "chat" | "raw" | "none"
+    source: str = "start"  # "start" | "parameter" | "topic" | "bench"
+
+
+def clean(text) -> str:
+    """`text` checked and with control characters removed; raises InstructionError saying why it is refused."""
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > 4 * MAX_INSTRUCTION_CHARS:
+            raise InstructionError(f"{len(text)} bytes: longer than {MAX_INSTRUCTION_CHARS} characters (refused "
+                                   f"before decoding)")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InstructionError(f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    if not isinstance(text, str):
+        raise InstructionError(f"not text but {type(text).__name__}")
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        raise InstructionError(f"{len(text)} characters: longer than {MAX_INSTRUCTION_CHARS} (refused before "
+                               f"tokenizing)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InstructionError(f"not valid UTF-8 (a lone surrogate at character {e.start})") from None
+    kept = "".join(c for c in text if c in KEEP_CONTROLS or unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
+    if not kept.strip():
+        raise InstructionError("control characters only" if text.strip() else "empty")
+    return kept.strip()
+
+
+class PromptBuilder:
+    """Turns instruction text into the pinned prompt of one model: its tokenizer (None: the model has none), its
+    vocabulary (the prompt never holds action-range ids or the start token) and the KV capacity."""
+
+    def __init__(self, tokenizer, vocab_size: int, capacity: int, system_prompt: str, default_ids: np.ndarray,
+                 template: str = "auto", max_instruction_tokens: int = 256):
+        if template not in TEMPLATES:
+            raise InstructionError(f"instruction_template {template!r} must be one of {', '.join(TEMPLATES)}")
+        self.tokenizer, self.capacity = tokenizer, int(capacity)
+        self.limit = int(vocab_size) - ACTION_VOCAB - 1  # ids at or above: the start token and the action range
+        self.system_prompt = system_prompt
+        self.default_ids = np.asarray(default_ids, np.int32)
+        self.template = template
+        if template == "auto":
+            self.template = "chat" if tokenizer is not None and tokenizer.chat_template else "raw"
+        self.max_instruction_tokens = int(max_instruction_tokens)
+
+    def default(self) -> Instruction:
+        """No task: the system prompt alone (what the node ran before instructions existed)."""
+        return Instruction("", self.default_ids, 0, "none")
+
+    def build(self, text, source: str = "parameter") -> Instruction:
+        """The Instruction for `text` ("" or None: the default prompt). Raises InstructionError (one line)."""
+        if text is None or (isinstance(text, str) and text == ""):
+            return Instruction("", self.default_ids, 0, "none", source)
+        text = clean(text)
+        tok = self.tokenizer
+        if tok is None:
+            raise InstructionError("the model has no tokenizer (no tokenizer.json / GGUF vocabulary), so an "
+                                   "instruction cannot be encoded; the default prompt stays")
+        for special in sorted(self._special_strings(), key=len, reverse=True):
+            text = text.replace(special, "")
+        if not text.strip():
+            raise InstructionError("nothing but special-token strings")
+        n = len(tok.encode(text))
+        if n > self.max_instruction_tokens:
+            raise InstructionError(f"{n} tokens: more than max_instruction_tokens={self.max_instruction_tokens}")
+        if self.template == "chat":
+            try:
+                prompt = tok.render_chat([{"role": "system", "content": self.system_prompt},
+                                          {"role": "user", "content": text}])
+            except ValueError as e:
+                raise InstructionError(str(e)) from None
+        else:
+            prompt = f"{self.system_prompt}\n{text}"
+        ids = np.asarray(tok.encode(prompt), np.int32)
+        if (ids >= self.limit).any() or (ids < 0).any():
+            raise InstructionError("the prompt encodes to ids in the action range or the start token")
+        need = len(ids) + VISION_TOKENS + ACTION_TOKENS
+        if need > self.capacity:
+            raise InstructionError(f"the {len(ids)}-token prompt + one {VISION_TOKENS}-token frame + {ACTION_TOKENS} "
+                                   f"action tokens need {need} KV slots, more than kv_capacity_tokens="
+                                   f"{self.capacity}")
+        return Instruction(text, ids, n, self.template, source)
+
+    def _special_strings(self) -> list[str]:
+        tok = self.tokenizer
+        try:
+            return [t.content for t in tok.tok.get_added_tokens_decoder().values() if t.content]
+        except AttributeError:
+            return []
+
+
+def summary(instr: Instruction, limit: int = 200) -> str:
+    """The instruction's text for a report line: at most `limit` characters, newlines shown as spaces."""
+    t = instr.text.replace("\n", " ")
+    return t if len(t) <= limit else t[:limit - 3] + "..."
