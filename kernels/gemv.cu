@@ -25,7 +25,8 @@
 // 256*8 = 2048 are supported; the backend refuses larger ones at start-up. K need not fill the segments: any K that is
 // a multiple of 128 (hidden 896 = 3.5 x 256, FFN 4864 = 19 x 256) runs, the last segment holding nv = (K - off) / 8
 // < 32*KV chunks; a lane's chunks c >= nv are zero-filled in the ring (cp.async with src-size 0) and zero in x, so
-// the dot products need no branch. Twins: ops.rms_norm, ops.linear (+ bias,
+// the dot products need no branch. Each op has two instances per KV: gemv_..._<KV> for K that fills its segments
+// (FULL: no masking compiled in) and gemv_..._<KV>p for a partial last segment (the launcher picks by K). Twins: ops.rms_norm, ops.linear (+ bias,
 // + residual) on the weights (QuantTensor.dequantize() for 4-bit), ops.silu_mul; the q/k/v kernel also writes k/v
 // (bf16) into the token's slot of the cache.
 #include "common.cuh"
@@ -86,14 +87,14 @@ struct Bf16W {
 
     __device__ __forceinline__ Bf16W rows_from(int m0, int K) const { return {W + (size_t)m0 * K}; }
 
-    template <int KV>
+    template <int KV, bool FULL>
     __device__ __forceinline__ void issue(int K, int off, int nv, int m, unsigned char* slot, int lane) const {
         const uint4* p = (const uint4*)(W + (size_t)m * K + off);
         uint4* s = (uint4*)slot + lane;
 #pragma unroll
         for (int u = 0; u < KV; ++u) {
             const int c = lane + 32 * u;
-            if (32 * (u + 1) <= nv) gv_cp16(s + 32 * u, p + c);  // warp-uniform: the whole row part is there
+            if (FULL || 32 * (u + 1) <= nv) gv_cp16(s + 32 * u, p + c);  // warp-uniform: the whole row part is there
             else gv_cp16z(s + 32 * u, p + (c < nv ? c : 0), c < nv ? 16 : 0);
         }
     }
@@ -129,20 +130,24 @@ struct Q4W {
         return {Q + (size_t)m0 * (K / 8), SZ + (size_t)m0 * (K / 128), sbf};
     }
 
-    template <int KV>
+    template <int KV, bool FULL>
     __device__ __forceinline__ void issue(int K, int off, int nv, int m, unsigned char* slot, int lane) const {
         const unsigned* q = Q + (size_t)m * (K / 8) + off / 8;
         unsigned* s = (unsigned*)slot;
 #pragma unroll
         for (int u = 0; u < KV; ++u) {
             const int c = lane + 32 * u;
-            if (32 * (u + 1) <= nv) gv_cp4(s + c, q + c);  // warp-uniform
+            if (FULL || 32 * (u + 1) <= nv) gv_cp4(s + c, q + c);  // warp-uniform
             else gv_cp4z(s + c, q + (c < nv ? c : 0), c < nv ? 4 : 0);
         }
         if (lane < 2 * KV) {  // the segment's groups of 128 (16 chunks each; nv is a multiple of 16)
             const unsigned* sz = SZ + (size_t)m * (K / 128) + off / 128;
-            const bool ok = 16 * lane < nv;
-            gv_cp4z(s + 32 * KV + lane, sz + (ok ? lane : 0), ok ? 4 : 0);
+            if (FULL) {
+                gv_cp4(s + 32 * KV + lane, sz + lane);
+            } else {
+                const bool ok = 16 * lane < nv;
+                gv_cp4z(s + 32 * KV + lane, sz + (ok ? lane : 0), ok ? 4 : 0);
+            }
         }
     }
 
@@ -167,14 +172,15 @@ struct Q4W {
 };
 
 // ---- x in registers -----------------------------------------------------------------------------------------------
-template <int KV>
+template <int KV, bool FULL>
 __device__ __forceinline__ void gv_load_x(const float* __restrict__ x, int lane, int nv, float (&xr)[KV][8]) {
 #pragma unroll
     for (int u = 0; u < KV; ++u) {
         const int c = lane + 32 * u;
+        const bool ok = FULL || c < nv;
         const float4* p = (const float4*)(x + 8 * c);
         const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float4 a = c < nv ? __ldg(p) : z, b = c < nv ? __ldg(p + 1) : z;
+        const float4 a = ok ? __ldg(p) : z, b = ok ? __ldg(p + 1) : z;
         xr[u][0] = a.x; xr[u][1] = a.y; xr[u][2] = a.z; xr[u][3] = a.w;
         xr[u][4] = b.x; xr[u][5] = b.y; xr[u][6] = b.z; xr[u][7] = b.w;
     }
@@ -216,7 +222,7 @@ __device__ __forceinline__ GvRing<F, KV, ROWS> gv_ring(unsigned char* smem) {
 }
 
 // q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K <= 256*KV (one segment).
-template <class F, int KV, int RB>
+template <class F, int KV, int RB, bool FULL>
 __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
                                               const F W, const float* __restrict__ bias, int K, int NQ, int NKVD,
                                               float* __restrict__ q_out, bf16_t* __restrict__ kc,
@@ -233,7 +239,7 @@ __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             const int m = n0 + (it * RB + r) * nw;
-            if (m < N) W.template issue<KV>(K, 0, nv, m, ring.row(it, r), lane);
+            if (m < N) W.template issue<KV, FULL>(K, 0, nv, m, ring.row(it, r), lane);
         }
         gv_commit();
     };
@@ -249,7 +255,7 @@ __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const
         return;
     }
     float xr[KV][8], xs[KV];
-    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV, FULL>(x, ln, lane, K, eps, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; n0 + it * RB * nw < N; ++it) {
         gv_wait<F::NS - 2>();
@@ -279,7 +285,7 @@ __device__ __forceinline__ void gemv_qkv_body(const float* __restrict__ x, const
 
 // act[i] = silu(Wg[i] . n(x)) * (Wu[i] . n(x)); W = [gate rows; up rows] ([2I, K]); RB row pairs an iteration
 // (ring rows 2r: gate, 2r + 1: up).
-template <class F, int KV, int RB>
+template <class F, int KV, int RB, bool FULL>
 __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, const bf16_t* __restrict__ ln,
                                                  float eps, const F W, int K, int I, float* __restrict__ act,
                                                  unsigned char* smem) {
@@ -294,8 +300,8 @@ __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, co
         for (int r = 0; r < RB; ++r) {
             const int m = i0 + (it * RB + r) * nw;
             if (m < I) {
-                W.template issue<KV>(K, 0, nv, m, ring.row(it, 2 * r), lane);
-                Wu.template issue<KV>(K, 0, nv, m, ring.row(it, 2 * r + 1), lane);
+                W.template issue<KV, FULL>(K, 0, nv, m, ring.row(it, 2 * r), lane);
+                Wu.template issue<KV, FULL>(K, 0, nv, m, ring.row(it, 2 * r + 1), lane);
             }
         }
         gv_commit();
@@ -308,7 +314,7 @@ __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, co
         return;
     }
     float xr[KV][8], xs[KV];
-    const float inv = warp_load_x_norm<KV>(x, ln, lane, K, eps, xr);
+    const float inv = warp_load_x_norm<KV, FULL>(x, ln, lane, K, eps, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; i0 + it * RB * nw < I; ++it) {
         gv_wait<F::NS - 2>();
@@ -332,7 +338,7 @@ __device__ __forceinline__ void gemv_gateup_body(const float* __restrict__ x, co
 }
 
 // y[n] += W[n] . a (o / down projection + residual), K split into S = ceil(K / (256*KV)) segments.
-template <class F, int KV, int RB>
+template <class F, int KV, int RB, bool FULL>
 __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, const F W, int K, int N,
                                                float* __restrict__ y, int S, unsigned char* smem) {
     const int lane = threadIdx.x & 31;
@@ -347,7 +353,7 @@ __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, cons
 #pragma unroll
         for (int r = 0; r < RB; ++r) {
             const int m = n0 + (it * RB + r) * G;
-            if (has && m < N) W.template issue<KV>(K, off, nv, m, ring.row(it, r), lane);
+            if (has && m < N) W.template issue<KV, FULL>(K, off, nv, m, ring.row(it, r), lane);
         }
         gv_commit();
     };
@@ -359,7 +365,7 @@ __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, cons
         return;
     }
     float xr[KV][8], xs[KV];
-    gv_load_x<KV>(a + off, lane, nv, xr);
+    gv_load_x<KV, FULL>(a + off, lane, nv, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; n0 + it * RB * G < N; ++it) {
         gv_wait<F::NS - 2>();
@@ -387,33 +393,36 @@ __device__ __forceinline__ void gemv_proj_body(const float* __restrict__ a, cons
 #define GV_W4_W const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf
 #define GV_W4_REF Q4W{Q, SZ, sbf}
 
-#define GV_INSTANCES(FMT, F, MINB_GATEUP, KV)                                                                     \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_qkv_##KV(                            \
+#define GV_INSTANCES(FMT, F, MINB_GATEUP, KV, SUF, FULL)                                                          \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_qkv_##KV##SUF(                       \
         const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, GV_##F##_W,                        \
         const float* __restrict__ bias, int K, int NQ, int NKVD, float* __restrict__ q_out,                      \
         bf16_t* __restrict__ kc, bf16_t* __restrict__ vc, const int* __restrict__ order,                         \
         const int* __restrict__ params, int q_off, int cap, int D) {                                              \
         extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
-        gemv_qkv_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_QKV>(                                \
+        gemv_qkv_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_QKV, FULL>(                          \
             x, ln, eps, GV_##F##_REF, bias, K, NQ, NKVD, q_out, kc, vc, order, params, q_off, cap, D, gv_smem);   \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS, MINB_GATEUP) gemv_##FMT##_gateup_##KV(               \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, MINB_GATEUP) gemv_##FMT##_gateup_##KV##SUF(          \
         const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps, GV_##F##_W, int K, int I,          \
         float* __restrict__ act) {                                                                                \
         extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
-        gemv_gateup_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PAIRS>(x, ln, eps, GV_##F##_REF,  \
-                                                                                       K, I, act, gv_smem);      \
+        gemv_gateup_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PAIRS, FULL>(                     \
+            x, ln, eps, GV_##F##_REF, K, I, act, gv_smem);                                                        \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_proj_##KV(                           \
+    extern "C" __global__ void __launch_bounds__(GV_THREADS, 2) gemv_##FMT##_proj_##KV##SUF(                      \
         const float* __restrict__ a, GV_##F##_W, int K, int N, float* __restrict__ y, int S) {                    \
         extern __shared__ __align__(16) unsigned char gv_smem[];                                                  \
-        gemv_proj_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PROJ>(a, GV_##F##_REF, K, N, y, S,  \
-                                                                                    gv_smem);                    \
+        gemv_proj_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PROJ, FULL>(a, GV_##F##_REF, K, N,  \
+                                                                                          y, S, gv_smem);        \
     }
 
-#define GV_FORMATS(KV)                                      \
-    GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV)       \
-    GV_INSTANCES(w4, W4, 2, KV)
+// per KV: the full instances (K fills the segments) and the partial ones (suffix p)
+#define GV_FORMATS(KV)                                          \
+    GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, , true)   \
+    GV_INSTANCES(w4, W4, 2, KV, , true)                         \
+    GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, p, false) \
+    GV_INSTANCES(w4, W4, 2, KV, p, false)
 
 GV_FORMATS(1)
 GV_FORMATS(2)

@@ -162,3 +162,31 @@ def test_gemv_shared_memory_the_launcher_passes_is_the_kernels_ring(tmp_path):
     src = tmp_path / "gemv_smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     compile_source(str(src), "sm_90")
+
+
+def test_gemv_plan_covers_every_published_shape():
+    """cuda/launch.py's GEMV plan (no CuPy): for the 0.5B / 1.5B / 3B shapes, each op's instance holds its whole K
+    (q/k/v and gate/up in one segment, o / down in S segments of 256 kv), the masking instance (suffix p) runs
+    exactly when K leaves the last segment partial, and the 1.5B shape keeps the full instances of before (kv 3 / 7 /
+    5: no masking on the design's shape)."""
+    from vla_edge_ros.model.config import PRESETS
+
+    ns = _launch_py_names("gemv_kv", "gemv_partial", "proj_segments", "proj_kv", "PROJ_KV", "PROJ_WASTE")
+    for preset in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "tiny", "micro", "small"):
+        cfg = PRESETS[preset]
+        H, I, NQ = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads * cfg.head_dim
+        kv = ns["gemv_kv"](H)
+        assert 256 * (kv - 1) < H <= 256 * kv <= 2048, preset
+        assert ns["gemv_partial"](H, kv) == (H % 256 != 0)
+        for key, K in (("o", NQ), ("down", I)):
+            for fmt in ("bf16", "w4"):
+                pk = ns["proj_kv"](K, ns["PROJ_KV"][fmt][key])
+                S = ns["proj_segments"](K, pk)
+                assert 1 <= pk <= ns["PROJ_KV"][fmt][key] and (S - 1) * 256 * pk < K <= S * 256 * pk, (preset, key)
+                assert ns["gemv_partial"](K, pk) == (K % (256 * pk) != 0)
+                if preset == "qwen2.5-1.5b":
+                    assert (pk, ns["gemv_partial"](K, pk)) == ({"o": 3, "down": 7 if fmt == "bf16" else 5}[key], False)
+    with open(os.path.join(KDIR, "gemv.cu")) as f:
+        src = f.read()
+    assert "GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, p, false)" in src  # the masking instances exist
+    assert "GV_INSTANCES(w4, W4, 2, KV, , true)" in src

@@ -218,14 +218,15 @@ class Gemv:
         self.stages = int(stages or GEMV_STAGES[fmt])
         self._smem_set: set[str] = set()
 
-    def name(self, op: str, kv: int) -> str:
-        """The kernel instance: op "qkv" | "gateup" | "proj", kv chunks of 256 a lane."""
-        return f"gemv_{self.fmt}_{op}_{kv}"
+    def name(self, op: str, kv: int, partial: bool = False) -> str:
+        """The kernel instance: op "qkv" | "gateup" | "proj", kv chunks of 256 a lane; ``partial``: the instance
+        that masks a last segment K does not fill (suffix p)."""
+        return f"gemv_{self.fmt}_{op}_{kv}" + ("p" if partial else "")
 
-    def smem(self, op: str, kv: int) -> int:
+    def smem(self, op: str, kv: int, partial: bool = False) -> int:
         """Dynamic shared memory of a block of instance (op, kv); raises the kernel's limit once."""
         n = gemv_smem_bytes(self.fmt, op, kv, self.rb[op], self.stages)
-        name = self.name(op, kv)
+        name = self.name(op, kv, partial)
         if name not in self._smem_set:
             _set_max_dynamic_smem(getattr(self.k, name), n)
             self._smem_set.add(name)
@@ -234,8 +235,8 @@ class Gemv:
     def _w(self, W) -> tuple:
         return (W,) if self.fmt == "bf16" else (W[0], W[1], np.int32(W[2]))
 
-    def _go(self, run, op, kv, blocks, args):
-        name, smem = self.name(op, kv), self.smem(op, kv)
+    def _go(self, run, op, kv, blocks, args, partial=False):
+        name, smem = self.name(op, kv, partial), self.smem(op, kv, partial)
         if run is None:
             getattr(self.k, name)((int(blocks),), (256,), args, shared_mem=smem)
         else:
@@ -246,24 +247,31 @@ class Gemv:
         i = np.int32
         self._go(run, "qkv", gemv_kv(H), blocks,
                  (x, ln, np.float32(eps), *self._w(W), bias, i(H), i(NQ), i(NKVD), q, kc, vc, order, params, i(q_off),
-                  i(cap), i(D)))
+                  i(cap), i(D)), gemv_partial(H, gemv_kv(H)))
 
     def gateup(self, x, ln, eps, W, H, I, act, blocks, run=None):  # noqa: E741 - I: the intermediate size
         """act = silu(rms_norm(x) Wg^T) * (rms_norm(x) Wu^T), W = [gate rows; up rows] (2I rows)."""
         i = np.int32
-        self._go(run, "gateup", gemv_kv(H), blocks, (x, ln, np.float32(eps), *self._w(W), i(H), i(I), act))
+        self._go(run, "gateup", gemv_kv(H), blocks, (x, ln, np.float32(eps), *self._w(W), i(H), i(I), act),
+                 gemv_partial(H, gemv_kv(H)))
 
     def proj(self, a, W, K, N, y, kv, blocks, run=None):
         """y += a W^T (o / down projection + residual), K split into ceil(K / (256 kv)) segments (the last one may
         be partial)."""
         i = np.int32
-        self._go(run, "proj", kv, blocks, (a, *self._w(W), i(K), i(N), y, i(proj_segments(K, kv))))
+        self._go(run, "proj", kv, blocks, (a, *self._w(W), i(K), i(N), y, i(proj_segments(K, kv))),
+                 gemv_partial(K, kv))
 
 
 def gemv_kv(K: int) -> int:
     """The instance (chunks of 256 a lane holds) of a one-segment GEMV (q/k/v, gate/up) over rows of K elements:
     ceil(K / 256), the last chunks of a lane zero when K is not a multiple of 256 (K a multiple of 8)."""
     return -(-int(K) // 256)
+
+
+def gemv_partial(K: int, kv: int) -> bool:
+    """Whether rows of K elements leave the last segment of 256 kv partial (then the masking instance runs)."""
+    return int(K) % (256 * int(kv)) != 0
 
 
 def proj_segments(K: int, kv: int) -> int:
@@ -298,11 +306,12 @@ def gemv_plan(gemv: Gemv, launcher: Launcher, H: int, I: int, NQKV: int, NQ: int
         else:
             kv = proj_kv(K, PROJ_KV[gemv.fmt][key])
         S = proj_segments(K, kv)
-        name = gemv.name(op, kv)
-        per_sm = launcher.blocks_per_sm(name, 256, fallback=1, smem=gemv.smem(op, kv))
+        part = gemv_partial(K, kv)
+        name = gemv.name(op, kv, part)
+        per_sm = launcher.blocks_per_sm(name, 256, fallback=1, smem=gemv.smem(op, kv, part))
         units = math.ceil(N / gemv.rb[op]) * S
         blocks = max(math.ceil(S / 8), min(sms * per_sm, math.ceil(units / 8)))
-        plan[key] = {"name": name, "kv": kv, "S": S, "blocks": blocks}
+        plan[key] = {"name": name, "kv": kv, "S": S, "blocks": blocks, "partial": part}
     return plan
 
 
