@@ -129,6 +129,51 @@ def test_vram_plan_of_the_design_model():
     assert vram_plan(cfg, 8192)["kv"] == 2 * plan["kv"]
 
 
+@pytest.mark.parametrize("preset,layers,nkv,hd", [
+    ("qwen2.5-0.5b", 24, 2, 64), ("qwen2.5-1.5b", 28, 2, 128), ("qwen2.5-3b", 36, 2, 128)])
+def test_vram_plan_per_published_shape(preset, layers, nkv, hd):
+    """The plan of each published shape: its KV cache (layers x K,V x KV heads x slots x head_dim x bf16), bf16 and
+    4-bit weights, inside the design's 8 GiB at 4096 slots; the lazily uploaded text head is not in it."""
+    import dataclasses
+
+    from vla_edge_ros.model.config import QuantConfig
+    from vla_edge_ros.vram_plan import text_head_bytes
+
+    cfg = PRESETS[preset]
+    plan = vram_plan(cfg, 4096)
+    assert cfg.head_dim == hd and plan["kv"] == layers * 2 * nkv * 4096 * hd * 2
+    w4 = vram_plan(dataclasses.replace(cfg, quant=QuantConfig("awq")), 4096)
+    assert w4["kv"] == plan["kv"] and 0.2 < w4["weights"] / plan["weights"] < 0.35
+    assert plan["total"] < 8 * GIB and w4["total"] < plan["total"]
+    # text_logits' full head (V rows padded to 128, bf16) + one 48-row block of fp32 logits
+    vp = -(-cfg.vocab_size // 128) * 128  # 151936 is 1187 x 128 already
+    assert text_head_bytes(cfg) == 2 * vp * cfg.hidden_size + 4 * 48 * vp
+
+
+def test_cuda_shapes_every_published_size_runs_and_the_rest_is_one_line():
+    """check_cuda_shape (start-up): the 0.5B / 1.5B / 3B shapes and the test presets run on the CUDA kernels; a shape
+    outside them is refused with one line naming each limit and the way out (backend: numpy)."""
+    import dataclasses
+
+    from vla_edge_ros.vram_plan import UnsupportedShapeError, check_cuda_shape, cuda_shape_problems
+
+    for name, cfg in PRESETS.items():
+        assert cuda_shape_problems(cfg) == [], name
+        check_cuda_shape(cfg)
+    base = PRESETS["qwen2.5-0.5b"]
+    cases = [(dict(hidden_size=768, num_attention_heads=8), "head_dim 96"),  # head_dim 96
+             (dict(hidden_size=960, num_attention_heads=15, num_key_value_heads=3), "hidden_size 960"),  # not % 128
+             (dict(intermediate_size=4800), "intermediate_size 4800 must be multiples of 128"),
+             (dict(hidden_size=2304, num_attention_heads=36, num_key_value_heads=4), "hidden_size 2304 > 2048"),
+             (dict(num_attention_heads=28, num_key_value_heads=1, hidden_size=1792), "more than 16 query heads")]
+    for kw, needle in cases:
+        cfg = dataclasses.replace(base, **kw)
+        with pytest.raises(UnsupportedShapeError) as e:
+            check_cuda_shape(cfg)
+        msg = str(e.value)
+        assert needle in msg and "\n" not in msg and msg.endswith("(use backend: numpy)"), msg
+
+
 def test_plan_over_the_ceiling_names_the_plan_and_the_ceiling():
     plan = vram_plan(PRESETS["qwen2.5-1.5b"], 4096)
     with pytest.raises(VramPlanError) as e:

@@ -73,7 +73,6 @@ def main(argv=None):
             shapes.append(("decode T1", 1, 1, int(ns)))
         for label, T, bidir, nsplit in shapes:
             n_prefix = CAP - T if T > 1 else CAP - 1
-            n = n_prefix + T
             nrg = math.ceil(T * GROUP / 64)
             part_o = cp.zeros(max(NKV * nrg * nsplit, NKV * 128) * 64 * D, cp.float32)
             part_ml = cp.zeros(max(NKV * nrg * nsplit, NKV * 128) * 64 * 2, cp.float32)
@@ -91,7 +90,7 @@ def main(argv=None):
 
                 def layers(only=None, k=k, go=go):
                     def run(name, grid, block, args, shared_mem=0, dependent=True):
-                        if only is None or name == only:
+                        if only is None or name.startswith(only):  # attn_partial_<D>, attn_combine_<D>
                             go(name, grid, block, args, shared_mem=shared_mem, dependent=dependent)
                     go.barrier()
                     for li in range(L):

@@ -26,7 +26,7 @@ Every device array comes from vram_plan.layout(): the plan checked at start-up i
 Text (``text_logits``, for vla-edge-generate and the real-weight gates): full-vocabulary logits of a token sequence,
 outside the chunk graph (plain and PDL launches on the same stream): prefill in blocks of 32 rows through the same
 layers, decode (one token) through the GEMV pass, the full LM head (all V rows, bf16) through the bf16 prefill GEMM
-or, for one token, the head GEMV. The head and its logits buffer (vram_plan.text_head_bytes: 0.27 GiB for the 0.5B
+or, for one token, the head GEMV. The head and its logits buffer (vram_plan.text_head_bytes: 0.28 GiB for the 0.5B
 shape) are uploaded on the first text_logits call, so the robot chunk's VRAM plan does not change. Text shares the KV
 cache with the robot chunk (slot == position): a text call overwrites slots start..start+T-1, so load the prompt
 again before the next run_chunk.

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """chunk_bench: time the CUDA chunk (one graph launch) on a full KV cache, and project it onto edge boards.
 
-  python -m vla_edge_ros.tools.chunk_bench --model DIR [--capacity 4096] [--chunks 300] [--json OUT] [--breakdown]
+  python -m vla_edge_ros.tools.chunk_bench --model DIR|FILE.gguf [--capacity 4096] [--chunks 300] [--json OUT]
+                                             [--breakdown]
 
 Fills the cache with frames (fifo) until every chunk runs with the cache full, then times the chunks: host
 wall time launch -> results (what the robot sees) and device time between the graph's %globaltimer stamps.
@@ -154,10 +155,11 @@ def main(argv=None) -> int:
     from .. import edge
     from ..eviction import make_policy
     from ..kv_cache import KvCache
-    from ..model.weights import load_weights
+    from ..model.checkpoint import load_model
 
     p = argparse.ArgumentParser(prog="chunk_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="model directory (bf16 or 4-bit, autoregressive or parallel)")
+    p.add_argument("--model", required=True, help="model directory (bf16 or 4-bit, autoregressive or parallel) or GGUF "
+                                                  "file (dequantized to bf16)")
     p.add_argument("--capacity", type=int, default=4096, help="KV slots (default 4096)")
     p.add_argument("--prompt-tokens", type=int, default=64, help="pinned prompt length (default 64)")
     p.add_argument("--chunks", type=int, default=300, help="timed chunks after the fill (default 300)")
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     bw = copy_bandwidth_gbps(cp)
-    w = load_weights(a.model)
+    w = load_model(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
     be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, sms=sms or None, stream=stream)
