@@ -161,7 +161,7 @@ __device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W,
 // chunk, so it never occupies registers next to the weights in flight. The warp holds all K <= 256*KV values of x
 // (K a multiple of 8; chunks c >= K/8 are zero). FULL: K == 256*KV, no chunk to mask (the instances for sizes that
 // fill their segments compile without the checks: measured 2-4 % of a decode pass at 1.5B).
-template <int KV, bool FULL>
+template <int KV, bool FULL = true>
 __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln,
                                                   int lane, int K, float eps, float (&xr)[KV][8]) {
     float ss = 0.f;

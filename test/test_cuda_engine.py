@@ -38,6 +38,9 @@ def cos(a, b):
 # logits, on the bf16 and 4-bit paths (bf16 activations into the GEMMs, bf16 K/V, fp32 accumulation); a rotation for
 # the wrong positions or a wrong attention scale moves single logits far more than that
 MAX_REL_DELTA = 2e-2
+# the full-depth chunks (24 / 28 layers at 4096 slots) add up more rounding: measured 1.56e-2 at 0.5B (bf16-parallel,
+# H200, 2026-12-01); the 1.5B was not re-measured against this bound
+FULL_DEPTH_MAX_REL_DELTA = 3e-2
 
 
 def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA):
@@ -343,7 +346,7 @@ def full_chunk_vs_reference_and_hf(big, kind, label):
     ref.load_prompt(prompt, slots)
     rr = ref.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True)
     compare_chunk.max_delta = 0.0
-    worst_ref = compare_chunk(rg, rr)
+    worst_ref = compare_chunk(rg, rr, max_rel_delta=FULL_DEPTH_MAX_REL_DELTA)
     print(f"{label} {kind}: worst logits cosine vs reference {worst_ref:.6f}, max |delta| / max |ref| "
           f"{compare_chunk.max_delta:.2e}, VRAM plan {gpu.plan['total'] / GIB:.3f} GiB")
     if kind != "bf16":
