@@ -47,6 +47,22 @@ def test_bad_instruction_text_is_one_line(text, why):
     assert "\n" not in str(e.value)
 
 
+def test_a_serialized_string_is_decoded_strictly():
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import String
+
+    from vla_edge_ros.instruction import string_from_cdr
+
+    raw = serialize_message(String(data="déplace le cube"))
+    assert clean(string_from_cdr(raw)) == "déplace le cube"
+    bad = raw[:8 + 3] + b"\xff" + raw[8 + 4:]  # one byte of the text replaced by an invalid one
+    with pytest.raises(InstructionError, match="not valid UTF-8"):
+        clean(string_from_cdr(bad))
+    for junk in (b"", b"\x07\x00\x00\x00", raw[:4] + (1 << 30).to_bytes(4, "little") + b"abc"):
+        with pytest.raises(InstructionError):
+            string_from_cdr(junk)
+
+
 def test_clean_keeps_the_words_and_drops_control_characters():
     assert clean("  pick up\x1b[31m the\x00 cup\n") == "pick up[31m the cup"
     assert clean("déplace le cube\tbleu") == "déplace le cube\tbleu"

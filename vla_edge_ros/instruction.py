@@ -40,6 +40,19 @@ class Instruction:
     source: str = "start"  # "start" | "parameter" | "topic" | "bench"
 
 
+def string_from_cdr(raw: bytes) -> bytes:
+    """The bytes of a serialized std_msgs/String (CDR: a 4-byte encapsulation header, a uint32 length that counts the
+    trailing NUL, the bytes), undecoded: `clean` decodes them strictly, so a message that is not UTF-8 is refused
+    by name (rclpy's own deserialization replaces such bytes with U+FFFD and the text would pass)."""
+    raw = bytes(raw)
+    if len(raw) < 8 or raw[0] != 0 or raw[1] not in (0, 1):
+        raise InstructionError(f"not a serialized std_msgs/String ({len(raw)} bytes, header {raw[:4].hex()})")
+    n = int.from_bytes(raw[4:8], "little" if raw[1] == 1 else "big")
+    if n < 1 or 8 + n > len(raw):
+        raise InstructionError(f"a serialized std_msgs/String whose length {n} exceeds its {len(raw)} bytes")
+    return raw[8:8 + n - 1]
+
+
 def clean(text) -> str:
     """`text` checked and with control characters removed; raises InstructionError saying why it is refused."""
     if isinstance(text, (bytes, bytearray)):
@@ -87,8 +100,9 @@ class PromptBuilder:
         return Instruction("", self.default_ids, 0, "none")
 
     def build(self, text, source: str = "parameter") -> Instruction:
-        """The Instruction for `text` ("" or None: the default prompt). Raises InstructionError (one line)."""
-        if text is None or (isinstance(text, str) and text == ""):
+        """The Instruction for `text`. An empty `instruction` parameter (or none at start-up) means the default prompt;
+        an empty message on the topic is refused. Raises InstructionError (one line)."""
+        if (text is None or (isinstance(text, str) and text == "")) and source != "topic":
             return Instruction("", self.default_ids, 0, "none", source)
         text = clean(text)
         tok = self.tokenizer

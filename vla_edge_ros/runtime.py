@@ -152,14 +152,18 @@ class Runtime:
         try:
             instr = self.engine.prompts.build(text, source)
         except InstructionError as e:
-            self.instruction_refused += 1
-            self.instruction_last_refusal = f"{source}: {e}"
+            self.note_refusal(source, e)
             raise
         if not self.cycle.instruction_in_progress and instr.text == self.engine.instruction.text:
             self.instruction_unchanged += 1
             return None
         self.cycle.request_instruction(instr)
         return instr
+
+    def note_refusal(self, source: str, e: Exception) -> None:
+        """Count a refused instruction (also one refused before set_instruction, e.g. a malformed message)."""
+        self.instruction_refused += 1
+        self.instruction_last_refusal = f"{source}: {e}"
 
     def instruction_values(self) -> dict:
         """The active instruction and the change counters (/diagnostics, the bench report)."""

@@ -58,7 +58,9 @@ def model_path_problem(path) -> str | None:
         if not (p / "config.json").is_file():
             return "no config.json (not an HF-layout model directory; a GGUF model is given as its file)"
         if not (any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").is_file()):
-            return "no *.safetensors weights"
+            pickles = sorted(x.name for x in p.iterdir() if x.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt"))
+            hint = f"; pickle checkpoints are refused for safety: {', '.join(pickles[:3])}" if pickles else ""
+            return f"no model.safetensors (or *.safetensors shards) weights{hint}"
     except OSError as e:  # a name too long, an I/O error: one line, no traceback
         return f"cannot be read: {type(e).__name__}: {e.strerror or e}"
     return None

@@ -38,7 +38,6 @@ from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.qos_overriding_options import QoSOverridingOptions
-from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension, String
 
@@ -49,7 +48,7 @@ from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
 from ..engine import prompt_length
 from ..frame_buffer import FrameBuffer
 from ..image_convert import DROP_KINDS
-from ..instruction import InstructionError
+from ..instruction import InstructionError, string_from_cdr
 from ..metrics import GcPauses
 from ..realtime import normal_scheduling
 from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
@@ -118,6 +117,7 @@ class ReasoningNode(LifecycleNode):
         # ~/instruction: the task in words, latched (reliable + transient local: a late joiner gets the last one).
         # Taken as serialized bytes and decoded here, so a message that is not valid UTF-8 is one warning.
         self._instruction_early = None  # (text or bytes) received before configure: applied once configured
+        self._last_refusal = ("", 0.0)  # the last refusal logged and when
         self.sub_instruction = self.create_subscription(
             String, "~/instruction", self._on_instruction_msg,
             QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -350,12 +350,20 @@ class ReasoningNode(LifecycleNode):
 
     def _on_instruction_msg(self, raw: bytes) -> None:
         try:
-            text = deserialize_message(raw, String).data
-        except (UnicodeDecodeError, ValueError, TypeError) as e:  # not valid UTF-8 (rclpy decodes the string)
-            text = bytes(raw[8:])  # the CDR payload: clean() names what is wrong with it
-            if not isinstance(e, UnicodeDecodeError):
-                text = f"undecodable message ({type(e).__name__})"
+            text = string_from_cdr(raw)  # bytes: decoded strictly by the checks (instruction.clean)
+        except InstructionError as e:
+            if self.runtime is not None:
+                self.runtime.note_refusal("topic", e)
+            self._refused("topic", e)
+            return
         self._set_instruction(text, "topic")
+
+    def _refused(self, source: str, e: Exception) -> None:
+        """One warning per refusal; a flood of the same reason is cut to one line a second."""
+        line, now = f"instruction from {source} refused: {e}; the previous instruction stays", time.monotonic()
+        if line != self._last_refusal[0] or now - self._last_refusal[1] >= 1.0:
+            self.get_logger().warn(line)
+            self._last_refusal = (line, now)
 
     def _set_instruction(self, text, source: str) -> None:
         if self.runtime is None:
@@ -364,8 +372,7 @@ class ReasoningNode(LifecycleNode):
         try:
             instr = self.runtime.set_instruction(text, source)
         except InstructionError as e:
-            self.get_logger().warn(f"instruction from {source} refused: {e}; the previous instruction stays",
-                                   throttle_duration_sec=1.0)
+            self._refused(source, e)
             return
         if instr is not None:
             self.get_logger().info(f"instruction from {source} ({instr.instruction_tokens} tokens, prompt "

@@ -46,6 +46,7 @@ from ..cycle import REASONS, REPROBE_AFTER_S, probe_after_cycles
 from ..engine import BACKENDS, cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
+from ..instruction import InstructionError
 from ..metrics import CycleStats
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
@@ -153,7 +154,8 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         max_frame_age_ms=args.max_frame_age_ms, reprobe_after_s=args.probe_after * args.period_ms / 1000.0,
         backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy, window_frames=args.window_frames,
         vram_ceiling_gb=args.vram_ceiling_gb, warmup_chunks=args.warmup_chunks, fallback="zero",
-        realtime_priority=args.realtime_priority))
+        realtime_priority=args.realtime_priority, instruction=args.instruction or "",
+        instruction_min_interval_cycles=args.instruction_min_interval_cycles))
     fb = FrameBuffer()
     stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
     # as the node: the same assembly (warm-up on the worker thread, EMAs seeded, collector settled and frozen)
@@ -184,6 +186,8 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         while camera.start_time is None:
             time.sleep(0.001)
         start = camera.start_time + period  # the first tick finds a frame, as on a running robot
+        schedule = sorted(args.instruction_at or [], key=lambda x: x[0])  # (seconds into the run, text)
+        refusals = []
         i = 0
         while i < n_ticks:
             scheduled = start + i * period
@@ -191,6 +195,12 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             if delay > 0:
                 time.sleep(delay)
             t0 = time.monotonic()
+            while schedule and t0 - start >= schedule[0][0]:  # the bench's ~/instruction: as the node would
+                at, text = schedule.pop(0)
+                try:
+                    rt.set_instruction(text, "bench")
+                except InstructionError as e:
+                    refusals.append({"at_s": at, "text": summary_of(text), "error": str(e)})
             out = cycle.tick(t0, scheduled)
             t_publish = time.monotonic()  # the bench's "publish": nothing to send, only the instant
             cycle.record_published(out, t_publish)
@@ -273,6 +283,14 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "wake_slack_ms_end": cycle.wake_slack_s * 1000.0,
         }
         metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
+        metrics["instruction"] = rt.instruction_values()
+        metrics["instruction_changes"] = [
+            {"text": summary_of(r["text"]), "requested_s": r["requested"] - start,
+             "applied_s": None if r["applied"] is None else r["applied"] - start, "cycles": r["cycles"],
+             "prefill_ms": r["prefill_ms"], "prompt_tokens": r["prompt_tokens"],
+             "instruction_tokens": r["instruction_tokens"], "ok": r["ok"], "error": r["error"]}
+            for r in cycle.instruction_log]
+        metrics["instruction_refusals"] = refusals
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
         rt.close()
@@ -351,13 +369,27 @@ def write_markdown(report: dict, path: str) -> None:
                for policy, m in clip["policies"].items() if m.get("vram_first_bytes") is not None]
         if mem:
             lines += ["Memory over each run (first -> last sample): " + "; ".join(mem) + ".", ""]
+        for policy, m in clip["policies"].items():
+            changes, refused = m.get("instruction_changes") or [], m.get("instruction_refusals") or []
+            if not changes and not refused and not m.get("instruction", {}).get("instruction"):
+                continue
+            lines += [f"Instructions, {policy}: active at the end {m['instruction']['instruction']!r} "
+                      f"({m['instruction']['instruction_tokens']} tokens, prompt {m['instruction']['prompt_tokens']})."]
+            if changes:
+                lines += ["", "| requested s | applied s | instruction_change cycles | prefill ms | prompt tokens | "
+                          "instruction | result |", "|---|---|---|---|---|---|---|"]
+                lines += [f"| {_fmt(c['requested_s'], 2)} | {_fmt(c['applied_s'], 2)} | {c['cycles']} | "
+                          f"{_fmt(c['prefill_ms'], 2)} | {c['prompt_tokens']} | {c['text']!r} | "
+                          f"{'applied' if c['ok'] else c['error'] or 'pending'} |" for c in changes]
+            lines += [f"- refused at {_fmt(r['at_s'], 2)} s: {r['text']!r}: {r['error']}" for r in refused] + [""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
 
 OUTCOME_COLORS = {"fresh": "#2ca02c", "repeat": "#98df8a", "no_frame": "#c7c7c7", "stale_frame": "#8c564b",
                   "refused": "#ff9896", "busy": "#ffbb78", "cold": "#aec7e8", "overrun": "#d62728",
-                  "engine_error": "#9467bd", "non_finite": "#e377c2", "inactive": "#7f7f7f"}
+                  "engine_error": "#9467bd", "non_finite": "#e377c2", "inactive": "#7f7f7f",
+                  "instruction_change": "#17becf"}
 
 
 def _stretches(ts: list[float], flags: list[bool], period_s: float) -> list[tuple[float, float]]:
@@ -516,6 +548,14 @@ def build_parser() -> Parser:
     p.add_argument("--min-clip-fraction", type=finite_non_negative, default=0.5,
                    help="refuse a clip (a damaged file) that decodes fewer than this fraction of the frames it "
                         "declares (default: 0.5)")
+    p.add_argument("--instruction", default=None,
+                   help="the task the run starts with (the node's instruction parameter; the model's tokenizer) "
+                        "(default: none, the system prompt)")
+    p.add_argument("--instruction-at", action="append", type=_instruction_at, metavar="SECONDS=TEXT",
+                   help="change the instruction SECONDS into each run (repeatable: a schedule); the report gives "
+                        "the cycles each change cost (default: none)")
+    p.add_argument("--instruction-min-interval-cycles", type=positive_int, default=1,
+                   help="at most one instruction change per this many cycles, as the node's parameter (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model (default: 0)")
     p.add_argument("--out", required=True,
                    help="output folder for report.json/.md/.png; must be new or empty (default: none, required)")
@@ -524,6 +564,23 @@ def build_parser() -> Parser:
                         "complete) (default: refuse)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
     return p
+
+
+def summary_of(text, limit: int = 120) -> str:
+    """An instruction's text for the report (shortened)."""
+    t = str(text).replace("\n", " ")
+    return t if len(t) <= limit else t[:limit - 3] + "..."
+
+
+def _instruction_at(text: str):
+    when, sep, what = text.partition("=")
+    try:
+        at = float(when)
+    except ValueError:
+        at = float("nan")
+    if not sep or not (0.0 <= at <= 1e6):
+        raise argparse.ArgumentTypeError(f"expected SECONDS=TEXT with SECONDS >= 0, got {text[:60]!r}")
+    return at, what
 
 
 def parse_args(argv):
