@@ -143,3 +143,15 @@ def test_a_model_without_a_tokenizer_says_so_and_keeps_its_prompt(domain, tmp_pa
     out = node.output()
     assert node.stop() == 0, out[-3000:]
     assert "instruction refused at start-up" in out
+
+
+def test_replay_publishes_an_instruction_with_the_bag(domain, tmp_path, procs, micro_gguf):
+    node = start_vla_edge(procs, domain, tmp_path, micro_gguf, {}, remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    try:
+        start_replay(procs, domain, tmp_path, _bag(tmp_path), "--loop", "--instruction", "go to the dock")
+        lst.wait_for(lambda: any(v.get("instruction") == "go to the dock" for v in _active(lst)), 90,
+                     "model actions under the instruction vla-edge-replay published")
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]

@@ -138,6 +138,11 @@ def build_parser() -> Parser:
                      help="BEST_EFFORT QoS (the sensor-data profile) instead of RELIABLE (default: reliable)")
     qos.add_argument("--reliable", action="store_true", help="RELIABLE QoS; this is the default")
     p.add_argument("--depth", type=_int_range(1, 10000), default=5, help="publisher history depth (default: 5)")
+    p.add_argument("--instruction", default=None,
+                   help="also publish this task once on --instruction-topic (std_msgs/String, reliable + transient "
+                        "local: a node that starts later still gets it) (default: none)")
+    p.add_argument("--instruction-topic", default="/vla_edge/instruction",
+                   help="where --instruction goes (default: /vla_edge/instruction)")
     p.add_argument("--duration", type=finite_non_negative, default=0.0,
                    help="stop after this many seconds (default: 0 = no limit)")
     p.add_argument("--fps", type=bounded(0.01, 10000.0), default=None,
@@ -258,6 +263,13 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
             from rosgraph_msgs.msg import Clock
 
             clock_pub = node.create_publisher(Clock, "/clock", 10)
+        if a.instruction is not None:
+            from std_msgs.msg import String
+
+            latched = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            instruction_pub = node.create_publisher(String, a.instruction_topic, latched)
+            instruction_pub.publish(String(data=a.instruction))  # kept for late joiners while the replay runs
     except Exception as e:  # noqa: BLE001 - a name that expands to something invalid (e.g. with --ros-args)
         node.destroy_node()
         rclpy.try_shutdown()
