@@ -110,7 +110,7 @@ class Runtime:
                                    stats=stats, instruction_min_cycles=s.instruction_min_interval_cycles)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
-            fit = s.kv_capacity_tokens - len(engine.prompt_ids) - 40
+            fit = s.kv_capacity_tokens - len(getattr(engine, "prompt_ids", ())) - 40
             if getattr(engine, "prompts", None) is not None and s.max_instruction_tokens > fit > 0:
                 warn(f"max_instruction_tokens={s.max_instruction_tokens} does not fit kv_capacity_tokens="
                      f"{s.kv_capacity_tokens}: instructions of more than about {fit} tokens will be refused")

@@ -36,10 +36,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import Image
-from std_msgs.msg import Float32MultiArray, MultiArrayDimension, String
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from ..cache import generated_model
 from ..constants import ACTION_TOKENS
@@ -48,13 +48,13 @@ from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
 from ..engine import prompt_length
 from ..frame_buffer import FrameBuffer
 from ..image_convert import DROP_KINDS
-from ..instruction import InstructionError, string_from_cdr
 from ..metrics import GcPauses
 from ..realtime import normal_scheduling
 from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
 from ..settings import REASONING_SPECS, ParamError, ReasoningSettings, validate_reasoning
 from . import bond
 from .debug_image import render_debug
+from .instruction_input import InstructionInput
 from .params import declare_and_read, enable_runtime_updates
 
 LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR}
@@ -113,15 +113,7 @@ class ReasoningNode(LifecycleNode):
                                             clock=Clock(clock_type=STEADY))
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
                                configured=lambda: self.lifecycle_state != "unconfigured")
-        self.add_on_set_parameters_callback(self._check_instruction_param)
-        # ~/instruction: the task in words, latched (reliable + transient local: a late joiner gets the last one).
-        # Taken as serialized bytes and decoded here, so a message that is not valid UTF-8 is one warning.
-        self._instruction_early = None  # (text or bytes) received before configure: applied once configured
-        self._last_refusal = ("", 0.0)  # the last refusal logged and when
-        self.sub_instruction = self.create_subscription(
-            String, "~/instruction", self._on_instruction_msg,
-            QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                       durability=DurabilityPolicy.TRANSIENT_LOCAL), raw=True)
+        self.instructions = InstructionInput(self, lambda: self.runtime)  # ~/instruction and the parameter's check
         self._guard_change_state_service()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -191,9 +183,7 @@ class ReasoningNode(LifecycleNode):
             f"({len(rt.warmup_timings)} warm-up chunks)")
         if rt.deadline_warning:
             self.get_logger().warn(rt.deadline_warning)
-        if self._instruction_early is not None:  # a ~/instruction that arrived while configuring: the last one wins
-            early, self._instruction_early = self._instruction_early, None
-            self._set_instruction(early, "topic")
+        self.instructions.configured()
         return SUCCESS
 
     def _build(self):
@@ -333,52 +323,6 @@ class ReasoningNode(LifecycleNode):
         if "period_ms" in changes and self.timer is not None:
             self.destroy_timer(self.timer)
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
-
-    # --- instructions --------------------------------------------------------------------------------------------
-
-    def _check_instruction_param(self, params):
-        """Refuse an `instruction` parameter the model cannot take (the setter gets the reason; nothing changes)."""
-        from rcl_interfaces.msg import SetParametersResult
-
-        for prm in params:
-            if prm.name == "instruction" and self.runtime is not None:
-                why = self.runtime.check_instruction(prm.value)
-                if why:
-                    self.get_logger().warn(f"instruction parameter refused: {why}; the previous instruction stays")
-                    return SetParametersResult(successful=False, reason=f"instruction refused: {why}")
-        return SetParametersResult(successful=True)
-
-    def _on_instruction_msg(self, raw: bytes) -> None:
-        try:
-            text = string_from_cdr(raw)  # bytes: decoded strictly by the checks (instruction.clean)
-        except InstructionError as e:
-            if self.runtime is not None:
-                self.runtime.note_refusal("topic", e)
-            self._refused("topic", e)
-            return
-        self._set_instruction(text, "topic")
-
-    def _refused(self, source: str, e: Exception) -> None:
-        """One warning per refusal; a flood of the same reason is cut to one line a second."""
-        line, now = f"instruction from {source} refused: {e}; the previous instruction stays", time.monotonic()
-        if line != self._last_refusal[0] or now - self._last_refusal[1] >= 1.0:
-            self.get_logger().warn(line)
-            self._last_refusal = (line, now)
-
-    def _set_instruction(self, text, source: str) -> None:
-        if self.runtime is None:
-            self._instruction_early = text
-            return
-        try:
-            instr = self.runtime.set_instruction(text, source)
-        except InstructionError as e:
-            self._refused(source, e)
-            return
-        if instr is not None:
-            self.get_logger().info(f"instruction from {source} ({instr.instruction_tokens} tokens, prompt "
-                                   f"{len(instr.ids)} tokens, {instr.template}): {instr.text[:120]!r}; applying "
-                                   f"(instruction_change fallbacks until the prompt is prefilled)",
-                                   throttle_duration_sec=1.0)
 
     # --- the cycle -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""The node's instruction inputs (ROS only): the `~/instruction` topic and the check of the `instruction` parameter.
+
+The topic is latched (reliable + transient local: a node started later gets the last task) and taken as serialized
+bytes, decoded strictly here (`instruction.string_from_cdr` + `clean`), so a message that is not valid UTF-8 is one
+warning rather than text full of U+FFFD. The checks, the tokenizing and the change itself are the core's
+(`Runtime.set_instruction`); this only translates messages and logs one line per refusal.
+"""
+from __future__ import annotations
+
+import time
+
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from ..instruction import InstructionError, string_from_cdr
+
+LATCHED = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class InstructionInput:
+    def __init__(self, node, runtime):
+        """`runtime()`: the node's Runtime, or None while unconfigured (a message then waits for `configured`)."""
+        self.node, self.runtime = node, runtime
+        self._early = None  # text or bytes received before configure: applied once configured (the last one wins)
+        self._last_refusal = ("", 0.0)  # the last refusal logged and when
+        node.add_on_set_parameters_callback(self._check_parameter)
+        self.sub = node.create_subscription(String, "~/instruction", self._on_message, LATCHED, raw=True)
+
+    def configured(self) -> None:
+        """Apply a ~/instruction that arrived while the node was unconfigured."""
+        if self._early is not None:
+            early, self._early = self._early, None
+            self.set(early, "topic")
+
+    def _check_parameter(self, params):
+        """Refuse an `instruction` parameter the model cannot take (the setter gets the reason; nothing changes)."""
+        rt = self.runtime()
+        for prm in params:
+            if prm.name == "instruction" and rt is not None:
+                why = rt.check_instruction(prm.value)
+                if why:
+                    self.node.get_logger().warn(f"instruction parameter refused: {why}; the previous instruction "
+                                                "stays")
+                    return SetParametersResult(successful=False, reason=f"instruction refused: {why}")
+        return SetParametersResult(successful=True)
+
+    def _on_message(self, raw: bytes) -> None:
+        try:
+            text = string_from_cdr(raw)  # bytes: decoded strictly by the checks (instruction.clean)
+        except InstructionError as e:
+            rt = self.runtime()
+            if rt is not None:
+                rt.note_refusal("topic", e)
+            self._refused("topic", e)
+            return
+        self.set(text, "topic")
+
+    def set(self, text, source: str) -> None:
+        rt = self.runtime()
+        if rt is None:
+            self._early = text
+            return
+        try:
+            instr = rt.set_instruction(text, source)
+        except InstructionError as e:
+            self._refused(source, e)
+            return
+        if instr is not None:
+            self.node.get_logger().info(
+                f"instruction from {source} ({instr.instruction_tokens} tokens, prompt {len(instr.ids)} tokens, "
+                f"{instr.template}): {instr.text[:120]!r}; applying (instruction_change fallbacks until the prompt "
+                "is prefilled)", throttle_duration_sec=1.0)
+
+    def _refused(self, source: str, e: Exception) -> None:
+        """One warning per refusal; a flood of the same reason is cut to one line a second."""
+        line, now = f"instruction from {source} refused: {e}; the previous instruction stays", time.monotonic()
+        if line != self._last_refusal[0] or now - self._last_refusal[1] >= 1.0:
+            self.node.get_logger().warn(line)
+            self._last_refusal = (line, now)
