@@ -205,12 +205,16 @@ class Engine:
     def submit(self, frame: np.ndarray) -> concurrent.futures.Future:
         """Run a chunk on the worker thread. The engine is `busy` until that chunk finishes, even if the
         caller stopped waiting for it."""
+        # a copy: the caller's buffer may be reused before the worker reads it
+        return self._on_worker(lambda f=np.array(frame, copy=True): self.run_chunk(f))
+
+    def _on_worker(self, fn) -> concurrent.futures.Future:
+        """`fn()` on the worker thread, the engine `busy` until it returns; refused while busy."""
         if self._busy.is_set():
             raise EngineError("engine is busy with an earlier chunk")
         self._busy.set()
-        frame = np.array(frame, copy=True)  # the caller's buffer may be reused before the worker reads it
         try:
-            fut = self._worker.submit(self.run_chunk, frame)
+            fut = self._worker.submit(fn)
         except BaseException:
             self._busy.clear()
             raise
@@ -239,16 +243,7 @@ class Engine:
 
     def submit_instruction(self, instruction) -> concurrent.futures.Future:
         """`apply_instruction` on the worker thread (the engine is `busy` meanwhile); the future gives its ms."""
-        if self._busy.is_set():
-            raise EngineError("engine is busy with an earlier chunk")
-        self._busy.set()
-        try:
-            fut = self._worker.submit(self.apply_instruction, instruction)
-        except BaseException:
-            self._busy.clear()
-            raise
-        fut.add_done_callback(lambda _: self._busy.clear())
-        return fut
+        return self._on_worker(lambda: self.apply_instruction(instruction))
 
     def warmup(self, chunks: int = 3, seed: int = 0) -> list[PhaseTimings]:
         """Compile, capture and run a few dry chunks so timings start from steady state; then forget

@@ -314,21 +314,26 @@ class CudaBackend:
         s.synchronize()
         self._set_order(slots)
         emb = bf16_to_f32(self.embed_host[token_ids])
-        rt = cupy.cuda.runtime
         with s:
             for b0 in range(0, len(token_ids), VISION_TOKENS):
-                T = min(VISION_TOKENS, len(token_ids) - b0)
-                self.h_params[0] = b0
-                self.h_params[1] = -1
-                x = np.zeros(self.x_pre.shape, np.float32)
-                x[:T] = emb[b0:b0 + T]
-                self.x_pre.set(x, stream=s)
-                rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
-                               rt.memcpyHostToDevice, s.ptr)
-                self.launch.barrier()
-                self._prefill_layers(T, T)
+                self._prefill_rows(emb[b0:b0 + VISION_TOKENS], b0)
                 s.synchronize()
         self._note_peak()
+
+    def _prefill_rows(self, emb: np.ndarray, position: int) -> None:
+        """Rows `emb` (float32 [T <= 32, H]) through every layer at positions position.. (slots from the order table
+        already set), their KV written: the prompt's and the text path's prefill block (plain launches)."""
+        T = len(emb)
+        self.h_params[0] = position
+        self.h_params[1] = -1
+        x = np.zeros(self.x_pre.shape, np.float32)
+        x[:T] = emb
+        self.x_pre.set(x, stream=self.stream)
+        rt = cupy.cuda.runtime
+        rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes, rt.memcpyHostToDevice,
+                       self.stream.ptr)
+        self.launch.barrier()
+        self._prefill_layers(T, T)
 
     def _fill_inputs(self, frame, plan, start_token):
         frame = np.asarray(frame)
@@ -450,15 +455,7 @@ class CudaBackend:
             blk = VISION_TOKENS
             for b0 in range(0, T, blk):
                 Tb = min(blk, T - b0)
-                self.h_params[0] = start + b0
-                self.h_params[1] = -1
-                x = np.zeros(self.x_pre.shape, np.float32)
-                x[:Tb] = emb[b0:b0 + Tb]
-                self.x_pre.set(x, stream=s)
-                rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
-                               rt.memcpyHostToDevice, s.ptr)
-                self.launch.barrier()
-                self._prefill_layers(Tb, Tb)
+                self._prefill_rows(emb[b0:b0 + Tb], start + b0)
                 if last_only and b0 + Tb < T:
                     continue
                 rmsnorm_bf16(self.k, self.x_pre, self.norm, eps, self.H, Tb, self.xb, run=self.launch,
