@@ -196,3 +196,21 @@ def test_generate_on_a_gguf_without_a_real_tokenizer_matches_the_reference(tiny_
     assert got == generate(m, [5, 6, 7], 6).ids
     logits = m.text_logits([5, 6, 7], 0)  # step by step == all at once
     assert int(logits[-1].argmax()) == got[0]
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("case", ["truncated", "llama"])
+def test_the_node_refuses_a_broken_gguf_in_one_line_exit_3(domain, tmp_path, case):
+    from ros_helpers import ros_env
+
+    w = _weights(tmp_path, PRESETS["micro"])
+    path = save_gguf(tmp_path / "m.gguf", w, "F16", "F16", arch="llama" if case == "llama" else "qwen2")
+    if case == "truncated":
+        _truncate(path, 0.6)
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args", "-p",
+                        f"model_path:={path}", "-p", "kv_capacity_tokens:=512"], env=ros_env(domain),
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    msgs = [ln for ln in r.stderr.splitlines() if ln.startswith("vla_edge:")]
+    assert len(msgs) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "m.gguf" in msgs[0] and ("truncated" if case == "truncated" else "'llama' is not qwen2") in msgs[0]
