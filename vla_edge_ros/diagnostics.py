@@ -38,7 +38,7 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
         "frame_age_ms": out.frame_age_ms if out.frame_age_ms is not None else nan,
         "remaining_ms": out.remaining_ms if out.remaining_ms is not None else nan,
         "estimate_ms": out.estimate_ms if out.estimate_ms is not None else nan,
-        "probe": out.probe, "clamped": out.clamped,
+        "probe": out.probe, "clamped": out.clamped, "hold_expired": out.hold_expired,
     }
     t = out.timings
     vals.update(vision_ms=t.vision_ms if t else nan, prefill_ms=t.prefill_ms if t else nan,

@@ -25,7 +25,7 @@ from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
 from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
                         PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS, VRAM_CEILING_GB)
-from .cycle import FALLBACK_MODES, REPROBE_AFTER_S
+from .cycle import FALLBACK_MODES, HOLD_TIMEOUT_S, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
 
@@ -86,8 +86,12 @@ REASONING_SPECS: tuple[Spec, ...] = (
          "Demo only: generate a tiny random model into a cache dir when model_path is empty.", configure_time=True),
     Spec("vram_ceiling_gb", VRAM_CEILING_GB, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.",
          0.01, 4096.0, configure_time=True),
-    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
-         choices=FALLBACK_MODES, tunable=True),
+    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action, for at "
+         "most hold_timeout_s, then zero).", choices=FALLBACK_MODES, tunable=True),
+    Spec("hold_timeout_s", HOLD_TIMEOUT_S, "fallback hold: the last action is repeated for at most this long (s) "
+         "from the first fallback of a spell (a camera gone, refusals), then the fallback is zero until the model "
+         "acts again (counted: holds_expired). Keep it well under the base's command timeout.", 0.0, 10.0,
+         tunable=True),
     Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6, configure_time=True),
     Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6,
          configure_time=True),
@@ -104,7 +108,14 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("acceleration_limits", [0.0] * 6, "Largest change per second of each ~/action component between "
          "consecutive commands: m/s^2 (linear x, y, z), rad/s^2 (angular x, y, z); a larger step is clamped and "
          "counted (clamped_acceleration). 0: no limit on that axis. Fallbacks ramp down at this rate too; the zero "
-         "sent on deactivate / shutdown is never limited.", 0.0, 1000.0, length=6, tunable=True),
+         "sent on deactivate / shutdown is never limited. A step is never larger than one period's (limit x "
+         "period_ms), however long the gap since the previous command sent; the first command after activate or "
+         "configure ramps from zero.", 0.0, 1000.0, length=6, tunable=True),
+    Spec("base_command_timeout_s", 0.5, "The base's own command timeout (s; ros2_control diff_drive_controller's "
+         "cmd_vel_timeout is 0.5): after a longer gap between commands sent (inactive, a stalled process) the base "
+         "has stopped by itself, so acceleration_limits ramp the next command from zero (counted: "
+         "limits_restarted_from_zero). 0: the base has no timeout; ramp from the last command sent.", 0.0, 60.0,
+         tunable=True),
     Spec("action_type", "twist_stamped", "Message type of ~/action: twist_stamped (geometry_msgs/TwistStamped: "
          "ros2_control's diff_drive_controller) | twist (geometry_msgs/Twist: Nav2's default cmd_vel).",
          choices=ACTION_TYPES),

@@ -225,6 +225,7 @@ class ReasoningNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
         self.runtime.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
+        self.runtime.limiter.reset()  # the first command ramps from rest, one period's step
         try:
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
             if self.camera is not None:
