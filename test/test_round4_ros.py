@@ -123,3 +123,38 @@ def test_a_hold_ends_when_the_camera_is_gone(domain, tmp_path, procs, micro_mode
     assert any(v["hold_expired"] == "True" for _, v, _ in cyc)
     assert acts and all(not any(comps(m)) for _, _, m in acts), [comps(m) for _, _, m in acts[:3]]
     assert int(d["holds_expired"]) >= 1, d["holds_expired"]
+
+
+# --- 4. frames that decode to noise ------------------------------------------------------------------------------
+
+def test_jpegs_with_valid_headers_and_random_data_never_reach_the_model(domain, tmp_path, procs, micro_model):
+    """A camera publishing JPEGs whose headers are real and whose data is random: every frame is invalid_decode,
+    none becomes a model action."""
+    from sensor_msgs.msg import CompressedImage
+
+    from test_image_convert import garbage_jpeg
+
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"transport": "compressed", "qos_reliability":
+                                                                 "reliable"},
+                          remaps=[("image/compressed", "/camera/image_raw/compressed")])
+    lst = Listener(domain)
+    pub = lst.node.create_publisher(CompressedImage, "/camera/image_raw/compressed", 10)
+    blobs = [garbage_jpeg(240, 320, no_ff=bool(i % 2), seed=i) for i in range(6)]
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 10, 60, "actions")
+        t_end, i = time.monotonic() + 4.0, 0
+        while time.monotonic() < t_end:
+            m = CompressedImage(format="jpeg", data=blobs[i % len(blobs)])
+            m.header.stamp = lst.node.get_clock().now().to_msg()
+            pub.publish(m)
+            i += 1
+            time.sleep(0.05)
+        lst.wait_for(lambda: int(lst.diags[-1][1].get("invalid_decode", 0)) >= 20, 10, "invalid_decode counted")
+        d = lst.last_diag()
+        with lst.lock:
+            model = [v for _, v, _ in lst.cycles if v["source"] == "model"]
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+    assert not model, f"{len(model)} model actions from noise"
+    assert int(d["frames_valid"]) == 0 and int(d["invalid_decode"]) >= 20, d
