@@ -158,3 +158,49 @@ def test_jpegs_with_valid_headers_and_random_data_never_reach_the_model(domain, 
     assert node.stop() == 0, node.output()[-3000:]
     assert not model, f"{len(model)} model actions from noise"
     assert int(d["frames_valid"]) == 0 and int(d["invalid_decode"]) >= 20, d
+
+
+# --- 9., 10. every bad parameter one line and exit 2; no override silently ignored -------------------------------
+
+def test_bad_rclpy_parameters_and_qos_overrides_exit_2_with_one_line(domain, tmp_path, micro_model):
+    import subprocess
+    import sys
+
+    from ros_helpers import ROOT, ros_env
+
+    base = [sys.executable, "-m", "vla_edge_ros.nodes.bringup", "--ros-args", "--params-file",
+            str(ROOT / "config" / "vla_edge.yaml"), "-p", f"model_path:={micro_model}"]
+    cases = [
+        (["-p", "use_sim_time:=1"], "use_sim_time"),
+        (["-p", "use_sim_time:=maybe"], "use_sim_time"),
+        (["-p", "qos_overrides./vla_edge/action.publisher.reliability:=sometimes"],
+         "qos_overrides for /vla_edge/action"),
+        (["-p", "qos_overrides./vla_edge/action.publisher.durability:=forever"], "qos_overrides for /vla_edge/action"),
+        (["-p", "qos_overrides./image.subscription.reliability:=sometimes"], "qos_overrides for /image"),
+    ]
+    for extra, pattern in cases:
+        r = subprocess.run(base + extra, env=ros_env(domain), capture_output=True, text=True, timeout=90,
+                           cwd=str(ROOT))
+        assert r.returncode == 2, (extra, r.returncode, r.stderr[-2000:])
+        msgs = [ln for ln in r.stderr.splitlines() if ln.startswith("vla_edge:")]
+        assert len(msgs) == 1 and pattern in msgs[0], (extra, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, (extra, r.stderr[-2000:])
+
+
+def test_a_durability_override_applies_and_a_misspelt_override_is_named(domain, tmp_path, procs, micro_model):
+    from rclpy.qos import DurabilityPolicy
+
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {
+        "qos_overrides./vla_edge/action.publisher.durability": "transient_local",
+        "qos_overrides./vla_edge/acton.publisher.depth": 3})
+    lst = Listener(domain)
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 5, 60, "actions")
+        info = lst.node.get_publishers_info_by_topic("/vla_edge/action")
+        assert info and info[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL, info
+    finally:
+        lst.close()
+    out = node.output()
+    assert node.stop() == 0, out[-3000:]
+    assert "qos_overrides./vla_edge/acton.publisher.depth (did you mean qos_overrides./vla_edge/action.publisher." \
+           in out, out[-3000:]

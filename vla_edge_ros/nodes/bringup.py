@@ -218,7 +218,8 @@ def main(argv=None) -> int:
             reasoning_error = e
         report = camera.wait_ready(abort=stop)
         if "param_error" in report:  # every node's parameter problems in one message
-            raise ParamError(report["param_error"] + (f"; {reasoning_error}" if reasoning_error else ""))
+            parts = report["param_error"].split("; ") + (str(reasoning_error).split("; ") if reasoning_error else [])
+            raise ParamError("; ".join(dict.fromkeys(parts)))  # a problem both nodes found, once
         if reasoning_error is not None:
             raise reasoning_error
         if not report["ok"]:

@@ -374,6 +374,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
     tighten_gil_switch()
 
     import rclpy
+    from rclpy.exceptions import ParameterException
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
@@ -395,6 +396,9 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
             node = CameraNode(fb)
         except ParamError as e:
             conn.send({"ok": False, "param_error": str(e)})
+            return
+        except ParameterException as e:  # rclpy's own parameters (use_sim_time:=maybe): the same one line
+            conn.send({"ok": False, "param_error": _one_line(e)})
             return
         if node.p["process_nice"] > 0:
             os.nice(int(node.p["process_nice"]))

@@ -37,7 +37,8 @@ from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from rclpy.qos_overriding_options import QoSOverridingOptions
+from rclpy.exceptions import ParameterException
+from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
@@ -56,9 +57,15 @@ from . import bond
 from .debug_image import render_debug
 from .params import declare_and_read, enable_runtime_updates
 
+# the policies of ~/action that qos_overrides.<topic>.publisher.<policy> may set
+ACTION_QOS_POLICIES = (QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH, QoSPolicyKind.RELIABILITY, QoSPolicyKind.DURABILITY)
 LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR}
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 STEADY = ClockType.STEADY_TIME
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 class ConfigureInterrupted(RuntimeError):
@@ -68,7 +75,10 @@ class ConfigureInterrupted(RuntimeError):
 class ReasoningNode(LifecycleNode):
     def __init__(self, frame_buffer: FrameBuffer, camera=None, node_name: str = "vla_edge",
                  engine_factory=None, validate_only: bool = False, **kwargs):
-        super().__init__(node_name, **kwargs)
+        try:  # rclpy's own parameters (use_sim_time:=1, :=maybe) are checked here: one line, exit 2
+            super().__init__(node_name, **kwargs)
+        except ParameterException as e:
+            raise ParamError(_one_line(e)) from None
         self.fb, self.camera, self._engine_factory = frame_buffer, camera, engine_factory
         raw = declare_and_read(self, REASONING_SPECS)
         # With autostart the cross-checks and the model directory are checked now (one message, exit 2); a node
@@ -97,12 +107,17 @@ class ReasoningNode(LifecycleNode):
 
         reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.action_msg = TwistStamped if p.action_type == "twist_stamped" else Twist
-        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.* adjust its QoS (rclpy declares them
-        # and applies them to the profile object in place: this one is its own)
-        self.pub_action = self.create_lifecycle_publisher(
-            self.action_msg, "~/action",
-            QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE),
-            qos_overriding_options=QoSOverridingOptions.with_default_policies())
+        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.{history,depth,reliability,durability}
+        # adjust its QoS (rclpy declares them and applies them to the profile object in place: this one is its own);
+        # an impossible value is a parameter error (one line, exit 2)
+        action_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        try:
+            self.pub_action = self.create_lifecycle_publisher(
+                self.action_msg, "~/action", action_qos, qos_overriding_options=QoSOverridingOptions(
+                    policy_kinds=ACTION_QOS_POLICIES))
+            action_qos.get_c_qos_profile()
+        except (ParameterException, RuntimeError, ValueError, TypeError) as e:
+            raise ParamError(f"qos_overrides for {self.resolve_topic_name('~/action')}: {_one_line(e)}") from None
         self.pub_vector = self.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
