@@ -204,3 +204,80 @@ def test_a_durability_override_applies_and_a_misspelt_override_is_named(domain, 
     assert node.stop() == 0, out[-3000:]
     assert "qos_overrides./vla_edge/acton.publisher.depth (did you mean qos_overrides./vla_edge/action.publisher." \
            in out, out[-3000:]
+
+
+# --- 8. stamps ---------------------------------------------------------------------------------------------------
+
+def _image_publisher(lst, topic="/camera/image_raw"):
+    from sensor_msgs.msg import Image
+
+    pub = lst.node.create_publisher(Image, topic, 10)
+
+    def publish(stamp_ns: int, i: int):
+        m = Image(height=64, width=128, encoding="rgb8", step=128 * 3, data=bytes([i % 251]) * (64 * 128 * 3))
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(stamp_ns, 10**9)
+        pub.publish(m)
+
+    return publish
+
+
+def _statuses(lst):
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    got = []
+    lst.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: got.extend(
+        (time.monotonic(), st.name, st.level[0] if isinstance(st.level, bytes) else st.level, st.message)
+        for st in m.status), 10)
+    return got
+
+
+def test_frame_stamps_far_from_the_clock_are_sent_as_now(domain, tmp_path, procs, micro_model):
+    """action_stamp frame: a camera stamping 2038 or epoch 0 gets its commands stamped now (counted); a stamp 50 ms
+    old passes through."""
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"action_stamp": "frame", "qos_reliability":
+                                                                 "reliable"}, remaps=[("image", "/camera/image_raw")])
+    lst = Listener(domain)
+    publish = _image_publisher(lst)
+    phases = {}
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 5, 60, "actions")
+        i = 0
+        for phase, stamp in (("2038", lambda: 2_145_916_800 * 10**9 + i), ("epoch 0", lambda: i * 1000),
+                             ("50 ms old", lambda: time.time_ns() - 50_000_000)):
+            published, t0 = set(), time.monotonic()
+            while time.monotonic() < t0 + 1.5:
+                s = stamp()
+                published.add(s)
+                publish(s, i)
+                i += 1
+                time.sleep(0.04)
+            phases[phase] = (published, [s for _, s, _ in lst.actions_between(t0 + 0.5, time.monotonic())])
+        lst.wait_for(lambda: lst.diags[-1][0] > time.monotonic() - 0.1, 5, "/diagnostics")
+        d = lst.last_diag()
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+    now = time.time_ns()
+    for phase in ("2038", "epoch 0"):
+        published, sent = phases[phase]
+        assert sent and all(abs(s - now) < 10e9 and s not in published for s in sent), (phase, sent[:3])
+    published, sent = phases["50 ms old"]
+    assert sent and sum(s in published for s in sent) >= 0.8 * len(sent), sent[:3]
+    assert int(d["stamps_replaced"]) >= 20, d["stamps_replaced"]
+
+
+def test_sim_time_without_a_clock_is_a_warning(domain, tmp_path, procs, micro_model):
+    node = start_vla_edge(procs, domain, tmp_path, micro_model, {"use_sim_time": "true"})
+    lst = Listener(domain)
+    got = _statuses(lst)
+    try:
+        lst.wait_for(lambda: len(lst.actions) > 5, 60, "actions")
+        t = time.monotonic()
+        lst.wait_for(lambda: any(tm > t + 1.0 for tm, *_ in got), 10, "/diagnostics")
+        reasoning = [(lvl, msg) for tm, name, lvl, msg in list(got) if tm > t and name.endswith(": reasoning")]
+        stamps = [s for _, s, _ in lst.actions_between(t, time.monotonic())]
+    finally:
+        lst.close()
+    assert node.stop() == 0, node.output()[-3000:]
+    assert stamps and set(stamps) == {0}, stamps[:3]  # what the warning is about
+    assert reasoning and all(lvl >= 1 and "no /clock" in msg for lvl, msg in reasoning), reasoning[:2]

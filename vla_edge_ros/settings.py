@@ -121,7 +121,12 @@ REASONING_SPECS: tuple[Spec, ...] = (
          choices=ACTION_TYPES),
     Spec("action_stamp", "now", "header.stamp of ~/action (twist_stamped): now (this node's clock when it publishes; "
          "sim time under use_sim_time) | frame (the source frame's capture stamp: a replayed bag's commands are as "
-         "old as the bag). The frame's age is in ~/cycle and /diagnostics either way.", choices=ACTION_STAMPS,
+         "old as the bag; play it with --clock and use_sim_time). A frame stamp further than "
+         "action_stamp_max_offset_s from this node's clock is replaced by now (counted: stamps_replaced). The "
+         "frame's age is in ~/cycle and /diagnostics either way.", choices=ACTION_STAMPS, tunable=True),
+    Spec("action_stamp_max_offset_s", 1.0, "action_stamp frame: the largest distance (s) between a frame's capture "
+         "stamp and this node's clock that is passed on; a stamp further away (a camera clock in 2038 or at epoch 0, "
+         "which would defeat a base controller's command timeout) is replaced by now and counted.", 0.001, 3600.0,
          tunable=True),
     Spec("action_frame_id", "base_link", "header.frame_id of ~/action (twist_stamped).", tunable=True,
          max_chars=NAME_CHARS),

@@ -97,6 +97,7 @@ class ReasoningNode(LifecycleNode):
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._stamp_sent = 0  # header stamp of the last ~/action sent (ns)
+        self.stamps_replaced = 0  # action_stamp frame: frame stamps too far from this node's clock, sent as now
         self.on_finalized = None  # called after the shutdown transition (bringup: end the process)
         self._bond = None
         # /diagnostics status names carry the namespace: two robots on one aggregator do not collide
@@ -378,10 +379,14 @@ class ReasoningNode(LifecycleNode):
         the source frame's capture stamp (``frame``; "now" before any frame); Twist carries no stamp."""
         if self.action_msg is TwistStamped:
             msg = TwistStamped()
-            if self.p.action_stamp == "frame" and out.stamp_ns is not None:
+            now = self.get_clock().now()
+            if self.p.action_stamp == "frame" and out.stamp_ns is not None and \
+                    abs(int(out.stamp_ns) - now.nanoseconds) <= self.p.action_stamp_max_offset_s * 1e9:
                 msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(out.stamp_ns), 1_000_000_000)
             else:
-                msg.header.stamp = self.get_clock().now().to_msg()
+                if self.p.action_stamp == "frame" and out.stamp_ns is not None:
+                    self.stamps_replaced += 1  # a camera clock far from ours: now, never a stamp from 2038
+                msg.header.stamp = now.to_msg()
             msg.header.frame_id = self.p.action_frame_id
             tw = msg.twist
         else:
@@ -452,7 +457,26 @@ class ReasoningNode(LifecycleNode):
         else:
             r.update(self.runtime.values())
             r.update(self.gc_pauses.summary())
+        r["stamps_replaced"] = self.stamps_replaced
+        r["use_sim_time"] = self._sim_time_active()
         return r, self._camera_values()
+
+    def _sim_time_active(self) -> bool:
+        try:
+            return bool(self.get_clock().ros_time_is_active)
+        except Exception:  # noqa: BLE001 - a clock without ROS time (steady/system)
+            return False
+
+    def status_warnings(self) -> list[str]:
+        """What the reasoning status warns about besides the cycle counts: the admission estimate over budget,
+        use_sim_time with no /clock (every command stamped 0)."""
+        out = []
+        if self.runtime is not None and self.runtime.deadline_warning:
+            out.append(self.runtime.deadline_warning)
+        if self._sim_time_active() and self.get_clock().now().nanoseconds == 0:
+            out.append("no /clock: use_sim_time is true and no clock message arrived, so every command is stamped 0 "
+                       "(play the bag with --clock, or set use_sim_time false)")
+        return out
 
     def _camera_values(self) -> dict:
         c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
@@ -479,7 +503,7 @@ class ReasoningNode(LifecycleNode):
                 lvl, msg = "WARN", (f"{self.lifecycle_state}: no control output (lifecycle transitions: configure, "
                                     "activate)")
             else:
-                lvl, msg = self._rollup.level(r, self.runtime.deadline_warning)
+                lvl, msg = self._rollup.level(r, "; ".join(self.status_warnings()) or None)
             clvl, cmsg = self._camera_status.level(c)
         except Exception as e:  # noqa: BLE001
             self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
