@@ -281,3 +281,48 @@ def test_sim_time_without_a_clock_is_a_warning(domain, tmp_path, procs, micro_mo
     assert node.stop() == 0, node.output()[-3000:]
     assert stamps and set(stamps) == {0}, stamps[:3]  # what the warning is about
     assert reasoning and all(lvl >= 1 and "no /clock" in msg for lvl, msg in reasoning), reasoning[:2]
+
+
+# --- 10. test processes die with the test run -------------------------------------------------------------------
+
+def test_processes_a_test_starts_die_when_the_test_run_is_killed(domain, tmp_path):
+    """A test run killed by SIGKILL (a CI timeout) takes its `vla_edge` / replay children with it, although they run
+    in their own sessions."""
+    import os
+    import subprocess
+    import sys
+
+    from ros_helpers import ROOT, ros_env
+
+    script = (
+        "import sys, time; sys.path.insert(0, 'test')\n"
+        "from pathlib import Path\n"
+        "from ros_helpers import Proc, ros_env\n"
+        f"p = Proc(['-m', 'vla_edge_ros.tools.replay', 'synthetic', '--loop'], ros_env({domain}), "
+        f"Path({str(tmp_path / 'replay.log')!r}))\n"
+        "print(p.p.pid, flush=True)\n"
+        "time.sleep(120)\n")
+    runner = subprocess.Popen([sys.executable, "-c", script], cwd=str(ROOT), env=ros_env(domain),
+                              stdout=subprocess.PIPE, text=True)
+    child = int(runner.stdout.readline())
+    try:
+        time.sleep(3.0)  # the replay is up and publishing
+        os.kill(child, 0)
+        runner.kill()
+        runner.wait(10)
+        t_end = time.monotonic() + 15.0
+        while time.monotonic() < t_end:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            if open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the replay (pid {child}) outlived the killed test run")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
