@@ -326,3 +326,30 @@ def test_processes_a_test_starts_die_when_the_test_run_is_killed(domain, tmp_pat
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# --- 6. one publisher per action topic ----------------------------------------------------------------------------
+
+def test_two_instances_on_one_action_topic_are_an_error_on_both(domain, tmp_path, procs, micro_model):
+    a = start_vla_edge(procs, domain, tmp_path, micro_model, {}, name="first")
+    b = start_vla_edge(procs, domain, tmp_path, micro_model, {}, name="second")
+    lst = Listener(domain)
+    got = _statuses(lst)
+    errors: dict = {}  # both() runs under lst.lock (wait_for)
+    try:
+        def both():
+            for _, name, lvl, msg in list(got):
+                if name.endswith(": reasoning") and lvl == 2 and "2 publishers on /vla_edge/action" in msg:
+                    errors.setdefault(msg, 0)
+                    errors[msg] += 1
+            pids = {v.get("pid") for _, v in lst.diags if v.get("action_publishers") == "2"}
+            return len(pids) >= 2
+
+        lst.wait_for(both, 60, "both instances reporting 2 publishers on /vla_edge/action")
+    finally:
+        lst.close()
+    outs = [a.output(), b.output()]
+    assert a.stop() == 0 and b.stop() == 0
+    assert errors, "no ERROR status naming the duplicate"
+    for out in outs:
+        assert "2 publishers on /vla_edge/action" in out, out[-2000:]  # the warning in each log

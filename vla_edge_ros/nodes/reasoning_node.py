@@ -98,6 +98,8 @@ class ReasoningNode(LifecycleNode):
         self._frame_age_last: float | None = None
         self._stamp_sent = 0  # header stamp of the last ~/action sent (ns)
         self.stamps_replaced = 0  # action_stamp frame: frame stamps too far from this node's clock, sent as now
+        self._action_publishers = 0  # publishers on ~/action's topic, this one included (graph, 1 Hz)
+        self._duplicate_logged = False
         self.on_finalized = None  # called after the shutdown transition (bringup: end the process)
         self._bond = None
         # /diagnostics status names carry the namespace: two robots on one aggregator do not collide
@@ -459,7 +461,34 @@ class ReasoningNode(LifecycleNode):
             r.update(self.gc_pauses.summary())
         r["stamps_replaced"] = self.stamps_replaced
         r["use_sim_time"] = self._sim_time_active()
+        r["action_topic"], r["action_publishers"], r["pid"] = self.pub_action.topic_name, self._action_publishers, \
+            os.getpid()
         return r, self._camera_values()
+
+    def _check_action_publishers(self) -> str | None:
+        """One publisher per action topic: a graph query (1 Hz, from the diagnostics timer). Returns the ERROR line
+        when another publisher is on ~/action (a second vla_edge in this namespace, a teleop node on the same
+        cmd_vel), and logs a warning when one appears."""
+        topic = self.pub_action.topic_name
+        try:
+            n = self.count_publishers(topic)
+        except Exception:  # noqa: BLE001 - the graph is best effort
+            return None
+        self._action_publishers = n
+        if n <= 1:
+            self._duplicate_logged = False
+            return None
+        try:
+            names = sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in
+                           self.get_publishers_info_by_topic(topic))
+        except Exception:  # noqa: BLE001
+            names = []
+        line = (f"{n} publishers on {topic} ({', '.join(names)}): another node drives the same base (two vla_edge "
+                f"in one namespace? set namespace:= or action_topic:=)")
+        if not self._duplicate_logged:
+            self.get_logger().warn(line)
+            self._duplicate_logged = True
+        return line
 
     def _sim_time_active(self) -> bool:
         try:
@@ -498,12 +527,15 @@ class ReasoningNode(LifecycleNode):
 
     def _on_diagnostics(self) -> None:
         try:
+            duplicate = self._check_action_publishers()
             r, c = self.diagnostics_values()
             if "cycles" not in r or self.lifecycle_state != "active":
                 lvl, msg = "WARN", (f"{self.lifecycle_state}: no control output (lifecycle transitions: configure, "
                                     "activate)")
             else:
                 lvl, msg = self._rollup.level(r, "; ".join(self.status_warnings()) or None)
+            if duplicate:  # whatever else is going on: two nodes command one base
+                lvl, msg = "ERROR", duplicate + "; " + msg
             clvl, cmsg = self._camera_status.level(c)
         except Exception as e:  # noqa: BLE001
             self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
