@@ -353,3 +353,22 @@ def test_two_instances_on_one_action_topic_are_an_error_on_both(domain, tmp_path
     assert errors, "no ERROR status naming the duplicate"
     for out in outs:
         assert "2 publishers on /vla_edge/action" in out, out[-2000:]  # the warning in each log
+
+
+# --- 7. the demo fails when its window does --------------------------------------------------------------------------
+
+def test_the_demo_exits_1_with_one_line_when_the_model_rarely_runs(domain, tmp_path):
+    """The small preset cannot fit a 33 ms cycle on any CPU: nearly every cycle is refused, so the demo says so in
+    one line and exits 1 (it exited 0 with 555 of 607 cycles refused)."""
+    import subprocess
+    import sys
+
+    from ros_helpers import ROOT, ros_env
+
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--seconds", "3", "--preset", "small",
+                        "--backend", "numpy"], env=ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")}),
+                       capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("[demo] FAILED")]
+    assert len(lines) == 1 and "model actions of" in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
