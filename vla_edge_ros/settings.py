@@ -55,7 +55,7 @@ ACTION_TYPES = ("twist_stamped", "twist")
 # angular x, y, z (a TurtleBot3 tops out at 0.22 m/s, 2.84 rad/s; Nav2's velocity smoother defaults to 0.5, 2.0).
 VELOCITY_LIMITS = [0.25, 0.25, 0.25, 0.5, 0.5, 0.5]
 NAME_CHARS = 255  # a TF frame id, a label
-RELIABILITIES = ("best_effort", "reliable")
+RELIABILITIES = ("auto", "best_effort", "reliable")
 DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
 
 REASONING_SPECS: tuple[Spec, ...] = (
@@ -150,8 +150,10 @@ REASONING_SPECS: tuple[Spec, ...] = (
 CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("transport", "raw", "Input: raw (sensor_msgs/Image on 'image') | compressed (CompressedImage on "
          "'image/compressed').", choices=TRANSPORTS),
-    Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
-         "(bag replay).", choices=RELIABILITIES),
+    Spec("qos_reliability", "auto", "Image subscription reliability: auto (reliable when every publisher of the "
+         "topic offers reliable, else best effort; looked at again every second: a best-effort reader lost most "
+         "1.5 MB frames of a reliable camera on the same host) | best_effort (sensor data) | reliable (bag replay).",
+         choices=RELIABILITIES),
     Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
     Spec("max_image_bytes", 32 * 1024 * 1024, "Largest image message accepted (bytes of data, raw or compressed), "
          "checked before any conversion; larger ones are dropped and counted (too_large). 32 MiB passes 4K rgb8, "

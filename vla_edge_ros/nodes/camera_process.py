@@ -74,7 +74,9 @@ CMD_SUBSCRIBE, CMD_STOP, HEARTBEAT, SUBSCRIBED, RECEIVED, VALID, INVALID, RATE_H
 MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS = 9, 10
 PUBLISHERS, LAST_RECV, MATCHED_SINCE, SUBSCRIBED_AT = 11, 12, 13, 14  # matched publishers of the image topic
 KIND0 = 16  # one word per DROP_KINDS entry
-STATS_WORDS = KIND0 + len(DROP_KINDS)
+SOURCE_RATE, TOPIC_PUBLISHERS, RELIABLE = KIND0 + len(DROP_KINDS), KIND0 + len(DROP_KINDS) + 1, \
+    KIND0 + len(DROP_KINDS) + 2  # the publisher's rate (header stamps), publishers on the topic (graph), QoS
+STATS_WORDS = RELIABLE + 1
 COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
 STATS_BYTES = 8 * 32
 
@@ -320,6 +322,9 @@ class CameraProcess:
             "process_error": self.process_error,
             "restarts_no_frames": self.restarts_no_frames,
             "publishers_matched": int(s[PUBLISHERS]) if alive else 0,
+            "topic_publishers": int(s[TOPIC_PUBLISHERS]) if alive else 0,
+            "source_rate_hz": float(s[SOURCE_RATE]) if answering else 0.0,
+            "qos_reliability": ("reliable" if s[RELIABLE] else "best_effort") if s[SUBSCRIBED] else "",
             "last_frame_age_s": (now - float(s[LAST_RECV])) if alive and s[LAST_RECV] > 0 else float("nan"),
             "heartbeat_age_s": (now - beat) if beat > 0 else float("nan"),
         }
@@ -416,6 +421,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
                 s[SUBSCRIBED_AT] = time.monotonic()
                 s[SUBSCRIBED] = 1.0
             ex.spin_once(timeout_sec=0.05)
+            node.recheck_qos()
             _write_stats(s, node)
         ex.shutdown(timeout_sec=1.0)
     finally:
@@ -431,6 +437,7 @@ def _write_stats(s: np.ndarray, node) -> None:
     for i, kind in enumerate(DROP_KINDS):
         s[KIND0 + i] = st["invalid_by_kind"].get(kind, 0)
     s[LAST_RECV] = st["last_recv_time"]
+    s[SOURCE_RATE], s[TOPIC_PUBLISHERS], s[RELIABLE] = st["source_rate_hz"], st["topic_publishers"], st["reliable"]
     if node.sub is not None:
         matched = node.sub.get_publisher_count()
         if matched and not s[PUBLISHERS]:

@@ -519,6 +519,9 @@ class ReasoningNode(LifecycleNode):
         for kind in DROP_KINDS:
             c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
         c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
+        for key in ("source_rate_hz", "topic_publishers", "publishers_matched", "qos_reliability"):
+            if key in cs:  # the publisher's rate (its frames' stamps) and whether its QoS matched ours
+                c[key] = cs[key]
         for key in ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
                     "restarts_no_frames"):
             if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
