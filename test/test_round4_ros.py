@@ -241,7 +241,12 @@ def test_frame_stamps_far_from_the_clock_are_sent_as_now(domain, tmp_path, procs
     phases = {}
     try:
         lst.wait_for(lambda: len(lst.actions) > 5, 60, "actions")
-        i = 0
+        i, t_end = 0, time.monotonic() + 60.0
+        while not _fresh_after(lst, 0.0, 5)():  # frames flowing (the camera subscribed and matched) before the phases
+            assert time.monotonic() < t_end, "no fresh action from the published frames"
+            publish(time.time_ns(), i)
+            i += 1
+            time.sleep(0.04)
         for phase, stamp in (("2038", lambda: 2_145_916_800 * 10**9 + i), ("epoch 0", lambda: i * 1000),
                              ("50 ms old", lambda: time.time_ns() - 50_000_000)):
             published, t0 = set(), time.monotonic()
