@@ -133,6 +133,7 @@ def test_dev_shm_full_then_free_with_the_rclpy_log_adapter(make_camera):
 
     cam.fb.renew_lock = renew
     os.kill(cam.proc.pid, 9)
+    cam.proc.join(10)  # gone (reaped) before counting: from here no camera process may exist until space returns
     most, _ = run_watchdog(cam, 1.5)
     assert most == 0 and cam.stats()["process_state"] == "cannot start", cam.stats()
     full["on"] = False
