@@ -34,7 +34,7 @@ PARAM_ARGS = {
     "policy": "KV eviction policy: fifo | sliding_window | semantic",
     "backend": "auto | numpy | cuda",
     "transport": "raw | compressed (camera input)",
-    "qos_reliability": "best_effort (live camera) | reliable (bag replay)",
+    "qos_reliability": "auto (reliable when every publisher offers it) | best_effort | reliable",
     "use_sim_time": "true | false: follow /clock (bag replay with --clock)",
     "action_type": "twist_stamped | twist: message type of ~/action",
     "autostart": "true | false: configure and activate the lifecycle node at start-up; false: wait for a "

@@ -71,14 +71,41 @@ def ros_env(domain: int, extra: dict | None = None) -> dict:
     return env
 
 
+def _libc():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)
+    except Exception:  # noqa: BLE001 - not Linux
+        return None
+
+
+_LIBC = _libc()  # loaded here: the child's pre-exec hook only calls into it (no imports between fork and exec)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_test_run(parent_pid: int):
+    """A pre-exec hook: the child gets SIGTERM when the test process dies, even by SIGKILL or a CI timeout
+    (PR_SET_PDEATHSIG; it runs in its own session, so nothing else would reach it). `vla_edge` and the replay stop
+    cleanly on SIGTERM (the camera child follows its parent the same way)."""
+    def hook():
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the test process died before the hook ran
+            os._exit(1)
+
+    return hook
+
+
 class Proc:
-    """A child process with its output in a log file, stopped with SIGINT (then SIGKILL)."""
+    """A child process with its output in a log file, stopped with SIGINT (then SIGKILL); it dies with the test run
+    (``die_with_test_run``)."""
 
     def __init__(self, args: list[str], env: dict, log: Path):
         self.log_path = log
         self._log = open(log, "wb")
         self.p = subprocess.Popen([sys.executable, *args], env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                  cwd=str(ROOT), start_new_session=True)
+                                  cwd=str(ROOT), start_new_session=True, preexec_fn=die_with_test_run(os.getpid()))
 
     def alive(self) -> bool:
         return self.p.poll() is None

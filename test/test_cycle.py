@@ -258,6 +258,27 @@ def test_hold_fallback_repeats_the_last_action(engine):
     assert stale.reason == "stale_frame" and np.array_equal(stale.action, fresh.action)
 
 
+def test_hold_fallback_ends_after_hold_timeout(engine):
+    """Issue 30.2: with the camera gone, hold repeats the last action for at most hold_timeout_s from the first
+    fallback of the spell, then zero (counted once); the next model action starts a new spell."""
+    offset = [0.0]
+    cyc, fb = make_cycle(engine, clock=lambda: time.monotonic() + offset[0], fallback="hold", hold_timeout_s=0.2)
+    fb.publish(frame(5), stamp_ns=5)
+    fresh = cyc.tick()
+    assert fresh.reason == "fresh" and np.any(fresh.action != 0)
+    offset[0] = 10.0
+    t = time.monotonic() + offset[0]
+    outs = [cyc.tick(t + dt) for dt in (0.0, 0.1, 0.19, 0.25, 0.5, 6.0)]
+    assert [o.reason for o in outs] == ["stale_frame"] * 6
+    assert [bool(np.any(o.action != 0)) for o in outs] == [True, True, True, False, False, False]
+    assert [o.hold_expired for o in outs] == [False, False, False, True, True, True] and cyc.holds_expired == 1
+    offset[0] = 0.0
+    fb.publish(frame(6), stamp_ns=6)
+    assert cyc.tick().reason == "fresh"
+    offset[0] = 20.0
+    assert np.any(cyc.tick().action != 0)  # a new spell holds again
+
+
 def test_drain_harvests_a_late_chunk(engine):
     cyc, fb = make_cycle(engine, period_ms=300.0, warm="cheap")
     engine.fault_hook = lambda plan: time.sleep(0.6)

@@ -57,12 +57,14 @@ def seeded_admission(clock, first: PhaseTimings) -> AdmissionController:
     return adm
 
 
-def setup(engine, mode):
+def setup(engine, mode, hold_timeout_s=60.0):
+    """A cycle on a clock the test moves. The hold lasts a minute here: these tests are about which action is held
+    (how long, test_cycle.py: test_hold_fallback_ends_after_hold_timeout), and their clock jumps by whole frame ages."""
     clock = Clock()
     adm = seeded_admission(clock, CHEAP)
     fb = FrameBuffer(pinned=False)
     cyc = ReasoningCycle(engine, fb, adm, period_ms=PERIOD_MS, safety_margin_ms=MARGIN_MS,
-                         max_frame_age_ms=MAX_AGE_MS, fallback=mode, clock=clock)
+                         max_frame_age_ms=MAX_AGE_MS, fallback=mode, clock=clock, hold_timeout_s=hold_timeout_s)
     return cyc, fb, clock
 
 

@@ -333,3 +333,78 @@ def test_an_8k_rgb8_frame_is_refused_by_the_default_caps_without_converting_it()
                           data=bytes(3840 * 2160 * 3))
     assert image_msg_to_rgb(uhd, max_bytes=d["max_image_bytes"], max_pixels=d["max_image_pixels"]).shape == \
         (FRAME_H, FRAME_W, 3)
+
+
+# --- issue 30.4: valid headers, garbage data -------------------------------------------------------------------
+
+def garbage_jpeg(h=540, w=960, no_ff=False, seed=0) -> bytes:
+    """A real JPEG's headers (SOI .. SOS) followed by random entropy-coded data and EOI."""
+    rng = np.random.default_rng(seed)
+    blob = bytearray(encode_jpeg(gradient(h, w), 90))
+    i = blob.index(b"\xff\xda")
+    start = i + 2 + ((blob[i + 2] << 8) | blob[i + 3])
+    body = rng.integers(0, 256, len(blob) - start - 2, dtype=np.uint8)
+    if no_ff:  # no byte that could read as a marker: only the Huffman decoding can tell
+        body[body == 0xFF] = 0x12
+    return bytes(blob[:start]) + body.tobytes() + b"\xff\xd9"
+
+
+def garbage_png(h=240, w=320, zlib_valid=False, seed=0) -> bytes:
+    import zlib
+
+    rng = np.random.default_rng(seed)
+    ok, png = cv2.imencode(".png", gradient(h, w))
+    png = png.tobytes()
+    ihdr_end = png.index(b"IHDR") + 4 + 13 + 4
+    raw = rng.integers(0, 256, h * (w * 3 + 1), dtype=np.uint8).tobytes()
+    data = zlib.compress(raw) if zlib_valid else raw[:len(raw) // 4]
+    chunk = struct.pack(">I", len(data)) + b"IDAT" + data + struct.pack(">I", zlib.crc32(b"IDAT" + data) & 0xFFFFFFFF)
+    return png[:ihdr_end] + chunk + png[-12:]
+
+
+@pytest.mark.parametrize("make", [lambda: garbage_jpeg(), lambda: garbage_jpeg(no_ff=True),
+                                  lambda: garbage_jpeg(64, 128, seed=3), lambda: garbage_png(),
+                                  lambda: garbage_png(zlib_valid=True)],
+                         ids=["jpeg", "jpeg_no_ff", "jpeg_small", "png", "png_zlib_valid"])
+def test_valid_headers_with_garbage_data_are_invalid_decode(make, capfd):
+    """cv2.imdecode returns a full-size array for a JPEG whose data is noise; the decoder's own complaint makes it
+    invalid (kind decode), and what it said does not leak to stderr."""
+    with pytest.raises(ImageError) as e:
+        compressed_msg_to_rgb(SimpleNamespace(format="jpeg", data=make()))
+    assert e.value.kind == "decode", e.value
+    assert "Corrupt JPEG" not in capfd.readouterr().err
+
+
+def test_good_images_decode_without_complaints_and_other_stderr_passes_through(capfd):
+    from vla_edge_ros.image_convert import imdecode_watched
+
+    for blob in (encode_jpeg(gradient(540, 960), 90), encode_jpeg(gradient(64, 128), 50),
+                 cv2.imencode(".png", gradient(240, 320))[1].tobytes()):
+        img, complaints = imdecode_watched(np.frombuffer(blob, np.uint8))
+        assert img is not None and complaints == []
+    if UDACITY_JPEGS:
+        for blob in UDACITY_JPEGS:
+            compressed_msg_to_rgb(SimpleNamespace(format="jpeg", data=blob))
+
+
+def _udacity_jpegs(n=20):
+    from pathlib import Path
+
+    bag = Path("/work/shared/data/bags/udacity_solidWhiteRight_jpeg")
+    if not bag.exists():
+        return []
+    try:
+        from rosbags.highlevel import AnyReader
+        from rosbags.typesys import Stores, get_typestore
+    except ImportError:
+        return []
+    out = []
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as r:
+        for c, _, raw in r.messages():
+            out.append(bytes(r.deserialize(raw, c.msgtype).data))
+            if len(out) >= n:
+                break
+    return out
+
+
+UDACITY_JPEGS = _udacity_jpegs()

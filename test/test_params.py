@@ -28,7 +28,7 @@ def test_defaults_match_the_design():
     assert d["max_frame_age_ms"] == 200.0 and d["backend"] == "auto" and d["model_path"] == ""
     assert d["vram_ceiling_gb"] == 8.0 and d["fallback"] == "zero"
     c = P.defaults(P.CAMERA_SPECS)
-    assert c["transport"] == "raw" and c["qos_reliability"] == "best_effort"
+    assert c["transport"] == "raw" and c["qos_reliability"] == "auto"
 
 
 def test_every_spec_has_a_description_and_sane_range():

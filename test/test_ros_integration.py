@@ -467,10 +467,12 @@ def test_engine_error_becomes_an_error_fallback(domain, micro_model):
 
 def test_demo_runs_on_cpu(domain, tmp_path):
     env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
-    # the demo picks its model by timing the presets here; the period is the plumbing tests' (33 ms unless the
-    # micro chunk takes more than half of it on this host)
+    # the demo picks its model by timing the presets here (40 chunks, p90 within 60 % of the budget), and fails a
+    # window with a deadline miss or under half model actions: twice the plumbing tests' period (33 ms unless the
+    # micro chunk takes more than half of it on this host) leaves it room on a host 3x slower, whose timings jump
+    period = 2 * plumbing_period_ms()
     r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--seconds", "3",
-                        "--period-ms", str(plumbing_period_ms())],
+                        "--period-ms", str(period)],
                        env=env, capture_output=True, text=True, timeout=240, cwd=str(ROOT))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = r.stdout
@@ -478,5 +480,5 @@ def test_demo_runs_on_cpu(domain, tmp_path):
         assert needle in out, out
     assert "[demo] model " in out and "measured here" in out, out  # the one line saying what it chose and why
     rate = float(out.split("action rate")[1].split("Hz")[0])
-    assert rate_ok(rate), out
+    assert abs(rate - 1000.0 / period) <= 0.1 * 1000.0 / period, out
     assert int(out.split("model actions")[1].split()[0]) > 0, out

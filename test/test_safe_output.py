@@ -115,19 +115,47 @@ def test_velocity_limits_clamp_each_axis_and_count():
 
 
 def test_acceleration_limit_uses_the_time_between_commands():
-    lim = CommandLimiter([10.0] * 6, [1.0, 0.0, 0.0, 2.0, 0.0, 0.0])
+    lim = CommandLimiter([10.0] * 6, [1.0, 0.0, 0.0, 2.0, 0.0, 0.0], max_step_s=0.1, base_timeout_s=0.5)
     lim.apply([0.0] * 6, t=0.0)
     out, n = lim.apply([1.0, 1.0, 0.0, -1.0, 0.0, 0.0], t=0.1)
     assert out[0] == pytest.approx(0.1) and out[1] == 1.0 and out[3] == pytest.approx(-0.2) and n == 2
-    out, _ = lim.apply([1.0, 1.0, 0.0, -1.0, 0.0, 0.0], t=0.3)
-    assert out[0] == pytest.approx(0.3) and out[3] == pytest.approx(-0.6)
+    out, _ = lim.apply([1.0, 1.0, 0.0, -1.0, 0.0, 0.0], t=0.15)
+    assert out[0] == pytest.approx(0.15) and out[3] == pytest.approx(-0.3)
     # a stop ramps down at the same rate ...
-    out, _ = lim.apply([0.0] * 6, t=0.4)
-    assert out[0] == pytest.approx(0.2)
-    # ... except the hard stop of a deactivate / shutdown
-    assert lim.hard_stop(t=0.41) == [0.0] * 6
-    out, _ = lim.apply([1.0] * 6, t=0.51)
+    out, _ = lim.apply([0.0] * 6, t=0.2)
     assert out[0] == pytest.approx(0.1)
+    # ... except the hard stop of a deactivate / shutdown
+    assert lim.hard_stop(t=0.21) == [0.0] * 6
+    out, _ = lim.apply([1.0] * 6, t=0.31)
+    assert out[0] == pytest.approx(0.1)
+
+
+def test_a_gap_in_commands_never_buys_a_larger_step():
+    """Issue 30.1: the step is the limit x at most one period, however long the gap; after a gap longer than the
+    base's command timeout, and for the first command ever or after reset (activate, configure), from zero."""
+    acc, period = 0.2, 0.033
+    lim = CommandLimiter([0.25] * 6, [acc] * 6, max_step_s=period, base_timeout_s=0.5)
+    # the first command ever: from rest, one period's step
+    out, _ = lim.apply([1.0] * 6, t=100.0)
+    assert out == pytest.approx([acc * period] * 6)
+    # a gap shorter than the base's timeout (the base held the last command): one period's step from it
+    prev = out
+    out, _ = lim.apply([1.0] * 6, t=100.4)
+    assert out == pytest.approx([p + acc * period for p in prev])
+    # a 2 s stall: the base stopped by itself, so from zero
+    out, _ = lim.apply([-1.0] * 6, t=102.4)
+    assert out == pytest.approx([-acc * period] * 6) and lim.restarts_from_zero == 1
+    # re-activated 5 s after the hard stop of a deactivate
+    lim.hard_stop(t=103.0)
+    lim.reset()
+    out, _ = lim.apply([1.0] * 6, t=108.0)
+    assert out == pytest.approx([acc * period] * 6)
+    # base_command_timeout 0 (a base without a timeout): a gap ramps from the last command sent, one period's step
+    lim = CommandLimiter([0.25] * 6, [acc] * 6, max_step_s=period, base_timeout_s=0.0)
+    lim.apply([0.0] * 6, t=0.0)
+    a, _ = lim.apply([1.0] * 6, t=0.033)
+    b, _ = lim.apply([1.0] * 6, t=10.0)
+    assert b == pytest.approx([x + acc * period for x in a])
 
 
 def test_impossible_limits_are_refused():

@@ -44,6 +44,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import gc
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -163,8 +164,10 @@ class CycleOutcome:
     t_command: float | None = None  # when the limits were applied, just before publishing (their time base)
     instruction: object | None = None  # the instruction.Instruction active in this cycle
     instruction_since: float | None = None  # when it took effect (monotonic s; None: since start-up)
+    hold_expired: bool = False  # fallback hold: the hold ran out (hold_timeout_s), this fallback is a zero
 
 
+HOLD_TIMEOUT_S = 0.2  # fallback hold: the last action is repeated for at most this long, then zero (a base: 0.5 s)
 REPROBE_AFTER_S = 2.0  # default longest wait between background probes while refusing (the node's reprobe_after_s)
 PROBE_FIRST_AFTER = 3  # refusals in a row before the first probe of a refusing spell
 WAKE_LAG_WINDOW = 64  # overruns remembered for the wake-up slack...
@@ -181,7 +184,7 @@ class ReasoningCycle:
                  period_ms: float = PERIOD_MS, safety_margin_ms: float = SAFETY_MARGIN_MS,
                  max_frame_age_ms: float = MAX_FRAME_AGE_MS,
                  fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
-                 probe_after: int = 0, instruction_min_cycles: int = 1):
+                 probe_after: int = 0, hold_timeout_s: float = HOLD_TIMEOUT_S, instruction_min_cycles: int = 1):
         if fallback not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
         check_budget(period_ms, safety_margin_ms)
@@ -192,6 +195,7 @@ class ReasoningCycle:
         self.margin_s = safety_margin_ms / 1000.0
         self.max_frame_age_ms = float(max_frame_age_ms)
         self.fallback = fallback
+        self.hold_timeout_s = _check_hold_timeout(hold_timeout_s)
         self.clock = clock
         self.probe_after = int(probe_after)
         self.stats = stats if stats is not None else CycleStats()
@@ -207,6 +211,8 @@ class ReasoningCycle:
         self._last_publish: float | None = None  # when the previous action was published (gap statistics)
         self._refusals_in_row = 0
         self._probe_gap = self._first_probe_gap()  # refusals in a row before the next probe
+        self._hold_since: float | None = None  # fallback hold: tick of the first fallback of this spell
+        self.holds_expired = 0  # fallback spells whose hold ran out (hold_timeout_s): zero from then on
         self.cycles = 0
         self.late_results = 0  # late chunks harvested (action discarded, timings learned)
         self.engine_errors = 0  # chunks that raised, on time or late
@@ -231,7 +237,8 @@ class ReasoningCycle:
 
     def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
                   max_frame_age_ms: float | None = None, fallback: str | None = None,
-                  probe_after: int | None = None, instruction_min_cycles: int | None = None) -> None:
+                  probe_after: int | None = None, hold_timeout_s: float | None = None,
+                  instruction_min_cycles: int | None = None) -> None:
         """Change settings between ticks (the caller's thread, e.g. a parameter callback on the timer's
         executor). Raises ValueError and changes nothing when the new values are impossible."""
         period_s = self.period_s if period_ms is None else float(period_ms) / 1000.0
@@ -242,7 +249,8 @@ class ReasoningCycle:
         check_budget(period_s * 1e3, margin_s * 1e3)
         if max_frame_age_ms is not None and not (float(max_frame_age_ms) > 0.0):
             raise ValueError(f"max_frame_age_ms must be > 0, got {max_frame_age_ms!r}")
-        self.period_s, self.margin_s, self.fallback = period_s, margin_s, fb
+        hold = self.hold_timeout_s if hold_timeout_s is None else _check_hold_timeout(hold_timeout_s)
+        self.period_s, self.margin_s, self.fallback, self.hold_timeout_s = period_s, margin_s, fb, hold
         if max_frame_age_ms is not None:
             self.max_frame_age_ms = float(max_frame_age_ms)
         if probe_after is not None:
@@ -561,10 +569,32 @@ class ReasoningCycle:
     def _model(self, out: CycleOutcome, reason: str, action: np.ndarray) -> CycleOutcome:
         out.source, out.reason, out.action = "model", reason, action
         self._last_action = action
+        self._hold_since = None
         return out
 
     def _fallback(self, out: CycleOutcome, reason: str) -> CycleOutcome:
+        """A fallback: zero, or (``hold``) the last action again for at most ``hold_timeout_s`` from the first
+        fallback of the spell, then zero (``hold_expired``, counted once a spell): a camera that is gone never
+        keeps the robot driving blind for longer than that."""
         out.source, out.reason = "fallback", reason
-        out.action = self._last_action if self.fallback == "hold" else np.zeros(ACTION_TOKENS, np.float32)
+        if self.fallback != "hold":
+            out.action = np.zeros(ACTION_TOKENS, np.float32)
+        else:
+            if self._hold_since is None:
+                self._hold_since = out.t0
+            if out.t0 - self._hold_since <= self.hold_timeout_s:
+                out.action = self._last_action
+            else:
+                if np.any(self._last_action != 0.0):
+                    self.holds_expired += 1
+                out.action = np.zeros(ACTION_TOKENS, np.float32)
+                out.hold_expired = True
         self._last_action = out.action
         return out
+
+
+def _check_hold_timeout(v) -> float:
+    v = float(v)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"hold_timeout_s must be finite and >= 0, got {v!r}")
+    return v

@@ -39,7 +39,7 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
         "frame_age_ms": out.frame_age_ms if out.frame_age_ms is not None else nan,
         "remaining_ms": out.remaining_ms if out.remaining_ms is not None else nan,
         "estimate_ms": out.estimate_ms if out.estimate_ms is not None else nan,
-        "probe": out.probe, "clamped": out.clamped,
+        "probe": out.probe, "clamped": out.clamped, "hold_expired": out.hold_expired,
     }
     t = out.timings
     vals.update(vision_ms=t.vision_ms if t else nan, prefill_ms=t.prefill_ms if t else nan,
@@ -122,6 +122,16 @@ class CameraStatus:
             msg = f"camera process {state}" + (f": {error}" if error else f" ({last_exit})" if last_exit else "")
             if c.get("camera_process_restarts"):
                 msg += f", {c['camera_process_restarts']} restarts"
+        pubs, matched = c.get("topic_publishers"), c.get("publishers_matched")
+        src = c.get("source_rate_hz")
+        if isinstance(pubs, int) and isinstance(matched, int) and pubs > 0 and matched == 0 and lvl != "ERROR":
+            lvl = "WARN"
+            msg += (f"; {pubs} publisher{'s' if pubs != 1 else ''} on {c.get('topic') or 'the image topic'}, none "
+                    f"QoS-compatible with this {c.get('qos_reliability') or ''} subscription (qos_reliability)")
+        elif isinstance(src, float) and src > 0 and isinstance(rate, float) and rate < 0.5 * src and lvl != "ERROR":
+            lvl = "WARN"
+            msg += (f"; the camera delivers {rate:.1f} of the publisher's {src:.1f} Hz (frames lost on the way: "
+                    f"qos_reliability reliable, or a shared-memory segment large enough at both ends)")
         too_large = c.get("invalid_too_large", 0)
         new = too_large - self._prev_too_large if isinstance(too_large, int) else 0
         self._prev_too_large = too_large if isinstance(too_large, int) else 0

@@ -18,11 +18,21 @@ are checked before any conversion or decoding: a raw image by its data length an
 one by its length and by the dimensions read from its own header (PNG IHDR, JPEG SOF), so a
 decompression bomb (a 30000x30000 PNG of under 1 MB) is refused without being decoded. Only JPEG and PNG
 are accepted as compressed input (what image_transport's compressed plugin writes).
+
+A decoder that returns pixels is not enough: libjpeg decodes an image with valid headers and random data into
+a full-size array of noise, saying only "Corrupt JPEG data: ..." on stderr. :func:`decode_compressed` watches
+what the decoder itself says (file descriptor 2 is captured around ``cv2.imdecode``, under a lock), and a
+libjpeg warning or a libpng error makes the image ``decode`` invalid; anything else written meanwhile is passed
+on to the real stderr.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
+import tempfile
+import threading
 
 import numpy as np
 
@@ -282,6 +292,50 @@ def compressed_dimensions(data) -> tuple[str, int, int]:
     raise ImageError("decode", f"not a JPEG or PNG image ({n} bytes)")
 
 
+# What libjpeg and libpng say about image data they decoded anyway (libjpeg: warnings, JWRN_*; libpng: errors)
+DECODER_COMPLAINTS = ("Corrupt JPEG data", "Premature end of JPEG", "Invalid JPEG", "Bogus", "Huffman",
+                      "JPEG datastream", "Unsupported JPEG", "Warning: unknown JFIF", "libpng error")
+_STDERR_LOCK = threading.Lock()
+
+
+def _capture_file() -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("vla_edge_decode", 0)
+    return os.dup(tempfile.TemporaryFile().fileno())
+
+
+def imdecode_watched(arr: np.ndarray) -> tuple[np.ndarray | None, list[str]]:
+    """``cv2.imdecode(arr, IMREAD_COLOR)`` and the decoder's complaints (lines of DECODER_COMPLAINTS it wrote to
+    stderr while decoding). Other output of that moment goes on to the real stderr."""
+    with _STDERR_LOCK:
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - a closed sys.stderr: fd 2 is what the decoder writes to anyway
+            pass
+        cap = _capture_file()
+        saved = os.dup(2)
+        try:
+            os.dup2(cap, 2)
+            try:
+                img = cv2.imdecode(arr, cv2.IMREAD_COLOR)  # always 8-bit BGR, whatever the source channels
+            finally:
+                os.dup2(saved, 2)
+            os.lseek(cap, 0, os.SEEK_SET)
+            text = os.read(cap, 1 << 16).decode("utf-8", "replace")
+        finally:
+            os.close(saved)
+            os.close(cap)
+    complaints, other = [], []
+    for line in text.splitlines():
+        (complaints if any(c in line for c in DECODER_COMPLAINTS) else other).append(line)
+    if other:
+        try:
+            os.write(2, ("\n".join(other) + "\n").encode())
+        except OSError:
+            pass
+    return img, complaints
+
+
 def decode_compressed(data, fmt: str = "", max_bytes: int | None = None,
                       max_pixels: int | None = None) -> np.ndarray:
     """JPEG/PNG bytes -> uint8 RGB (H, W, 3) full size.  Raises ImageError.  The length and the dimensions
@@ -301,9 +355,11 @@ def decode_compressed(data, fmt: str = "", max_bytes: int | None = None,
     check_size(h, w)
     arr = np.frombuffer(buf, dtype=np.uint8)
     try:
-        img = cv2.imdecode(arr, cv2.IMREAD_COLOR)  # always 8-bit BGR, whatever the source channels
+        img, complaints = imdecode_watched(arr)
     except cv2.error as e:
         raise ImageError("decode", f"undecodable compressed image ({fmt or 'no format'}, {n} bytes): {e}") from e
+    if complaints:  # pixels came back, but the decoder said the data was corrupt: noise, not a camera frame
+        raise ImageError("decode", f"corrupt {kind} data ({fmt or 'no format'}, {n} bytes): {complaints[0].strip()}")
     if img is None or img.size == 0:
         raise ImageError("decode", f"undecodable compressed image ({fmt or 'no format'}, {n} bytes)")
     check_size(img.shape[0], img.shape[1])

@@ -59,7 +59,9 @@ class Runtime:
     def __init__(self, engine, admission: AdmissionController, cycle: ReasoningCycle, settings, warmup_timings,
                  vram_interval_s: float = 0.5):
         self.engine, self.admission, self.cycle, self.settings = engine, admission, cycle, settings
-        self.limiter = CommandLimiter(settings.velocity_limits, settings.acceleration_limits)
+        self.limiter = CommandLimiter(settings.velocity_limits, settings.acceleration_limits,
+                                      max_step_s=settings.period_ms / 1000.0,
+                                      base_timeout_s=settings.base_command_timeout_s)
         self.warmup_timings = list(warmup_timings)
         self.vram = VramSampler(interval_s=vram_interval_s)  # whole-device memory when a GPU is present, else idle
         self.vram.start()
@@ -107,7 +109,8 @@ class Runtime:
             cycle = ReasoningCycle(engine, frame_buffer, admission, period_ms=s.period_ms,
                                    safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                                    fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
-                                   stats=stats, instruction_min_cycles=s.instruction_min_interval_cycles)
+                                   stats=stats, hold_timeout_s=s.hold_timeout_s,
+                                   instruction_min_cycles=s.instruction_min_interval_cycles)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
             fit = s.kv_capacity_tokens - len(getattr(engine, "prompt_ids", ())) - 40
@@ -191,11 +194,12 @@ class Runtime:
         self.cycle.configure(period_ms=s.period_ms if "period_ms" in changes else None,
                              safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                              fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
-                             instruction_min_cycles=s.instruction_min_interval_cycles)
+                             hold_timeout_s=s.hold_timeout_s, instruction_min_cycles=s.instruction_min_interval_cycles)
         if {"period_ms", "safety_margin_ms"} & set(changes):
             self.deadline_warning = self._deadline_warning()
-        if {"velocity_limits", "acceleration_limits"} & set(changes):
-            self.limiter.configure(s.velocity_limits, s.acceleration_limits)
+        if {"velocity_limits", "acceleration_limits", "period_ms", "base_command_timeout_s"} & set(changes):
+            self.limiter.configure(s.velocity_limits, s.acceleration_limits, max_step_s=s.period_ms / 1000.0,
+                                   base_timeout_s=s.base_command_timeout_s)
         if "instruction" in changes:  # checked by the caller before it accepted the value (check_instruction)
             try:
                 self.set_instruction(s.instruction, "parameter")
@@ -236,6 +240,7 @@ class Runtime:
             "wake_slack_ms": cyc.wake_slack_s * 1000.0, "engine_errors": cyc.engine_errors,
             "clamped_velocity": self.limiter.clamped_velocity,
             "clamped_acceleration": self.limiter.clamped_acceleration,
+            "limits_restarted_from_zero": self.limiter.restarts_from_zero, "holds_expired": cyc.holds_expired,
         }
         n = max(1, s["cycles"])
         for reason in FALLBACK_REASONS:

@@ -25,7 +25,7 @@ from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
 from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
                         PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS, VRAM_CEILING_GB)
-from .cycle import FALLBACK_MODES, REPROBE_AFTER_S
+from .cycle import FALLBACK_MODES, HOLD_TIMEOUT_S, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
 from .instruction import MAX_INSTRUCTION_CHARS, TEMPLATES
@@ -56,7 +56,7 @@ ACTION_TYPES = ("twist_stamped", "twist")
 # angular x, y, z (a TurtleBot3 tops out at 0.22 m/s, 2.84 rad/s; Nav2's velocity smoother defaults to 0.5, 2.0).
 VELOCITY_LIMITS = [0.25, 0.25, 0.25, 0.5, 0.5, 0.5]
 NAME_CHARS = 255  # a TF frame id, a label
-RELIABILITIES = ("best_effort", "reliable")
+RELIABILITIES = ("auto", "best_effort", "reliable")
 DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
 
 REASONING_SPECS: tuple[Spec, ...] = (
@@ -87,8 +87,12 @@ REASONING_SPECS: tuple[Spec, ...] = (
          "Demo only: generate a tiny random model into a cache dir when model_path is empty.", configure_time=True),
     Spec("vram_ceiling_gb", VRAM_CEILING_GB, "Modeled edge VRAM budget (GB): start-up refuses a plan over it.",
          0.01, 4096.0, configure_time=True),
-    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action).",
-         choices=FALLBACK_MODES, tunable=True),
+    Spec("fallback", "zero", "Fallback action: zero (zero twist) | hold (repeat the last published action, for at "
+         "most hold_timeout_s, then zero).", choices=FALLBACK_MODES, tunable=True),
+    Spec("hold_timeout_s", HOLD_TIMEOUT_S, "fallback hold: the last action is repeated for at most this long (s) "
+         "from the first fallback of a spell (a camera gone, refusals), then the fallback is zero until the model "
+         "acts again (counted: holds_expired). Keep it well under the base's command timeout.", 0.0, 10.0,
+         tunable=True),
     Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6, configure_time=True),
     Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6,
          configure_time=True),
@@ -105,13 +109,25 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("acceleration_limits", [0.0] * 6, "Largest change per second of each ~/action component between "
          "consecutive commands: m/s^2 (linear x, y, z), rad/s^2 (angular x, y, z); a larger step is clamped and "
          "counted (clamped_acceleration). 0: no limit on that axis. Fallbacks ramp down at this rate too; the zero "
-         "sent on deactivate / shutdown is never limited.", 0.0, 1000.0, length=6, tunable=True),
+         "sent on deactivate / shutdown is never limited. A step is never larger than one period's (limit x "
+         "period_ms), however long the gap since the previous command sent; the first command after activate or "
+         "configure ramps from zero.", 0.0, 1000.0, length=6, tunable=True),
+    Spec("base_command_timeout_s", 0.5, "The base's own command timeout (s; ros2_control diff_drive_controller's "
+         "cmd_vel_timeout is 0.5): after a longer gap between commands sent (inactive, a stalled process) the base "
+         "has stopped by itself, so acceleration_limits ramp the next command from zero (counted: "
+         "limits_restarted_from_zero). 0: the base has no timeout; ramp from the last command sent.", 0.0, 60.0,
+         tunable=True),
     Spec("action_type", "twist_stamped", "Message type of ~/action: twist_stamped (geometry_msgs/TwistStamped: "
          "ros2_control's diff_drive_controller) | twist (geometry_msgs/Twist: Nav2's default cmd_vel).",
          choices=ACTION_TYPES),
     Spec("action_stamp", "now", "header.stamp of ~/action (twist_stamped): now (this node's clock when it publishes; "
          "sim time under use_sim_time) | frame (the source frame's capture stamp: a replayed bag's commands are as "
-         "old as the bag). The frame's age is in ~/cycle and /diagnostics either way.", choices=ACTION_STAMPS,
+         "old as the bag; play it with --clock and use_sim_time). A frame stamp further than "
+         "action_stamp_max_offset_s from this node's clock is replaced by now (counted: stamps_replaced). The "
+         "frame's age is in ~/cycle and /diagnostics either way.", choices=ACTION_STAMPS, tunable=True),
+    Spec("action_stamp_max_offset_s", 1.0, "action_stamp frame: the largest distance (s) between a frame's capture "
+         "stamp and this node's clock that is passed on; a stamp further away (a camera clock in 2038 or at epoch 0, "
+         "which would defeat a base controller's command timeout) is replaced by now and counted.", 0.001, 3600.0,
          tunable=True),
     Spec("action_frame_id", "base_link", "header.frame_id of ~/action (twist_stamped).", tunable=True,
          max_chars=NAME_CHARS),
@@ -149,8 +165,10 @@ REASONING_SPECS: tuple[Spec, ...] = (
 CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("transport", "raw", "Input: raw (sensor_msgs/Image on 'image') | compressed (CompressedImage on "
          "'image/compressed').", choices=TRANSPORTS),
-    Spec("qos_reliability", "best_effort", "Image subscription reliability: best_effort (sensor data) | reliable "
-         "(bag replay).", choices=RELIABILITIES),
+    Spec("qos_reliability", "auto", "Image subscription reliability: auto (reliable when every publisher of the "
+         "topic offers reliable, else best effort; looked at again every second: a best-effort reader lost most "
+         "1.5 MB frames of a reliable camera on the same host) | best_effort (sensor data) | reliable (bag replay).",
+         choices=RELIABILITIES),
     Spec("qos_depth", 5, "Image subscription history depth (keep last).", 1, 1000),
     Spec("max_image_bytes", 32 * 1024 * 1024, "Largest image message accepted (bytes of data, raw or compressed), "
          "checked before any conversion; larger ones are dropped and counted (too_large). 32 MiB passes 4K rgb8, "

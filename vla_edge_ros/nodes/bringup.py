@@ -218,7 +218,8 @@ def main(argv=None) -> int:
             reasoning_error = e
         report = camera.wait_ready(abort=stop)
         if "param_error" in report:  # every node's parameter problems in one message
-            raise ParamError(report["param_error"] + (f"; {reasoning_error}" if reasoning_error else ""))
+            parts = report["param_error"].split("; ") + (str(reasoning_error).split("; ") if reasoning_error else [])
+            raise ParamError("; ".join(dict.fromkeys(parts)))  # a problem both nodes found, once
         if reasoning_error is not None:
             raise reasoning_error
         if not report["ok"]:
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
         nodes.append(reasoning)
         reasoning.on_finalized = stop.set  # a `shutdown` transition (a lifecycle manager) ends the process
         camera.no_frames_restart_s = reasoning.p.camera_restart_no_frames_s
-        camera.log = lambda level, msg: getattr(reasoning.get_logger(), level)(msg)
+        camera.log = node_log(reasoning.get_logger())
         # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
         known = set(report["declared"]) | set(reasoning._parameters)
         msg = unknown_parameters_message((set(report["undeclared"]) | undeclared_overrides(reasoning)) - known,
@@ -283,6 +284,23 @@ def main(argv=None) -> int:
         code = EXIT_BAD_PARAMS if isinstance(err, ParamError) else EXIT_STARTUP
     _teardown(rclpy, reasoning, camera)
     return code
+
+
+def node_log(logger):
+    """``log(level, msg)`` onto an rclpy logger, one call site per severity: rclpy refuses ("Logger severity
+    cannot be changed between calls") a call site that logged at another severity before, so a single
+    ``getattr(logger, level)(msg)`` raised on the second severity it saw (issue 30.3)."""
+    def log(level: str, msg: str) -> None:
+        if level == "error":
+            logger.error(msg)
+        elif level == "warn":
+            logger.warning(msg)
+        elif level == "debug":
+            logger.debug(msg)
+        else:
+            logger.info(msg)
+
+    return log
 
 
 def ros_args_error(e: BaseException) -> str:

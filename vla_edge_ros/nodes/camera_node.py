@@ -19,10 +19,20 @@ The image subscription takes the standard ``qos_overrides`` parameters (history,
 the topic as resolved: ``-p qos_overrides./camera/image.subscription.reliability:=reliable``.  They apply on top of
 ``qos_reliability`` / ``qos_depth`` and are read and checked when the node is built (a bad value is a
 ``ParamError``, like any other parameter), not only when it subscribes.
+
+``qos_reliability: auto`` (the default, issue 30.5) subscribes reliable when every publisher on the topic offers
+reliable, else best effort, and looks again every ``QOS_RECHECK_S`` (a driver that starts later, or a best-effort
+one that joins): a best-effort reader of a reliable publisher on this host lost most 1.5 MB frames (7.7 of 25 Hz
+measured, over UDP fragments: a publisher's own 512 KiB shared-memory segment cannot hold such a frame), a reliable
+one received 24.9 Hz. A reliability override (``qos_overrides.<topic>.subscription.reliability``) turns auto off.
+``stats()`` also says how many publishers the topic has (graph) and how many matched, and the publisher's rate as
+the header stamps show it (the 10th percentile of the gaps between consecutive frames' stamps: frames lost in
+between widen some gaps, not all), so /diagnostics can warn about a camera that delivers too little of it.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 import time
@@ -46,6 +56,8 @@ STALL_S = 0.5  # no frame for this long: the camera rate reads 0
 # Serialised bytes of an image message besides its data (CDR header, stamp, frame_id, encoding/format, lengths):
 # a serialised message longer than max_image_bytes + this is refused before it is deserialised.
 SERIALIZED_OVERHEAD = 4096
+QOS_RECHECK_S = 1.0  # qos_reliability auto: how often the publishers' reliability is looked at again
+SOURCE_WINDOW_S = 4.0  # frames whose header stamps tell the publisher's rate
 
 
 def stamp_to_ns(stamp) -> int:
@@ -64,6 +76,9 @@ def image_qos(reliability: str, depth: int) -> QoSProfile:
 
 class CameraNode(Node):
     def __init__(self, frame_buffer: FrameBuffer, node_name: str = "vla_camera", **kwargs):
+        self._auto = False  # qos_reliability auto (set in _image_qos)
+        self._last_qos_check = 0.0
+        self._stamps: deque[tuple[float, int]] = deque(maxlen=256)  # (receive time, header stamp) of recent frames
         super().__init__(node_name, **kwargs)
         self.fb = frame_buffer
         self.p = validate_camera(declare_and_read(self, CAMERA_SPECS))
@@ -86,6 +101,9 @@ class CameraNode(Node):
         """The subscription's QoS: the parameters, then the standard qos_overrides.<topic>.subscription.* (declared
         here, so they are checked now; create_subscription finds them declared and applies the same values)."""
         qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
+        topic = self.resolve_topic_name(self.topic)
+        self._auto = self.p["qos_reliability"] == "auto" and \
+            f"qos_overrides.{topic}.subscription.reliability" not in (getattr(self, "_parameter_overrides", {}) or {})
         try:
             _declare_qos_parameters(Subscription, self, self.resolve_topic_name(self.topic), qos,
                                     QoSOverridingOptions.with_default_policies())
@@ -98,19 +116,53 @@ class CameraNode(Node):
         """Subscribe to the camera (the reasoning node calls this when it activates, i.e. once warmed up)."""
         if self.sub is not None:
             return
-        qos = self.qos
-        options = QoSOverridingOptions.with_default_policies()
+        qos, options = self.qos, QoSOverridingOptions.with_default_policies()
+        if self._auto:  # the overrides of history and depth are in self.qos already; reliability from the graph
+            qos = copy.copy(self.qos)
+            qos.reliability = self._auto_reliability() or ReliabilityPolicy.BEST_EFFORT
+            options = None
+            self._last_qos_check = time.monotonic()
         if self.p["transport"] == "compressed":
             self.sub = self.create_subscription(CompressedImage, self.topic, self._on_compressed_serialized,
                                                 qos, raw=True, qos_overriding_options=options)
         else:
             self.sub = self.create_subscription(Image, self.topic, self._on_raw_serialized, qos, raw=True,
                                                 qos_overriding_options=options)
+        self.sub_qos = qos
         depth = f"depth {qos.depth}" if qos.history == HistoryPolicy.KEEP_LAST else qos.history.name.lower()
         self.get_logger().info(
-            f"subscribed {self.sub.topic_name} [{self.p['transport']}, {qos.reliability.name.lower()}, "
-            f"{depth}] -> FrameBuffer {self.fb.shape}"
+            f"subscribed {self.sub.topic_name} [{self.p['transport']}, {qos.reliability.name.lower()}"
+            f"{' (auto)' if self._auto else ''}, {depth}] -> FrameBuffer {self.fb.shape}"
         )
+
+    def _auto_reliability(self):
+        """RELIABLE when the topic has publishers and every one offers reliable, BEST_EFFORT when one does not,
+        None when there is none (nothing to decide on)."""
+        try:
+            pubs = self.get_publishers_info_by_topic(self.resolve_topic_name(self.topic))
+        except Exception:  # noqa: BLE001 - the graph is best effort
+            return None
+        if not pubs:
+            return None
+        if all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE for p in pubs):
+            return ReliabilityPolicy.RELIABLE
+        return ReliabilityPolicy.BEST_EFFORT
+
+    def recheck_qos(self, now: float | None = None) -> None:
+        """qos_reliability auto: subscribe again when the publishers call for the other reliability (every
+        QOS_RECHECK_S; the camera process's loop calls this)."""
+        now = time.monotonic() if now is None else now
+        if not self._auto or self.sub is None or now - self._last_qos_check < QOS_RECHECK_S:
+            return
+        self._last_qos_check = now
+        want = self._auto_reliability()
+        if want is None or want == self.sub_qos.reliability:
+            return
+        self.get_logger().info(f"qos_reliability auto: the publishers of {self.sub.topic_name} call for "
+                               f"{want.name.lower()}: subscribing again")
+        self.destroy_subscription(self.sub)
+        self.sub = None
+        self.start()
 
     # --- callbacks ---------------------------------------------------------------------------------
 
@@ -148,9 +200,12 @@ class CameraNode(Node):
         with self._lock:
             self.received += 1
             self._recv_times.append(recv)
+        stamp = stamp_to_ns(msg.header.stamp)
+        with self._lock:
+            self._stamps.append((recv, stamp))
         try:
             rgb = convert(msg, **self._convert_caps())
-            self.fb.publish(rgb, stamp_to_ns(msg.header.stamp), recv)
+            self.fb.publish(rgb, stamp, recv)
         except ImageError as e:
             self._drop(e.kind, str(e))
             return
@@ -186,8 +241,24 @@ class CameraNode(Node):
             return 0.0
         return (len(ts) - 1) / max(1e-6, ts[-1] - ts[0])
 
+    def source_rate_hz(self, now: float | None = None) -> float:
+        """The publisher's rate as the frames' header stamps show it (0.0: not enough frames to tell): 1 / the 10th
+        percentile of the positive gaps between consecutive stamps received in the last SOURCE_WINDOW_S."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            st = [s for t, s in self._stamps if now - t <= SOURCE_WINDOW_S]
+        gaps = sorted(b - a for a, b in zip(st, st[1:]) if b > a)
+        if len(gaps) < 5:
+            return 0.0
+        return 1e9 / gaps[len(gaps) // 10]
+
     def stats(self) -> dict:
         rate = self.rate_hz()
+        source_rate = self.source_rate_hz()
+        try:
+            topic_publishers = self.count_publishers(self.resolve_topic_name(self.topic))
+        except Exception:  # noqa: BLE001
+            topic_publishers = -1
         with self._lock:
             return {
                 "transport": self.p["transport"],
@@ -201,6 +272,9 @@ class CameraNode(Node):
                 "max_image_bytes": self.p["max_image_bytes"],
                 "max_image_pixels": self.p["max_image_pixels"],
                 "last_recv_time": self.last_recv_time,
+                "source_rate_hz": source_rate,
+                "topic_publishers": topic_publishers,
+                "reliable": self.sub is not None and self.sub_qos.reliability == ReliabilityPolicy.RELIABLE,
             }
 
 

@@ -32,6 +32,11 @@ milliseconds a frame; now the reasoning process only ever takes a frame out of t
   fails) is kept as ``process_error`` (one line; state ``cannot start``), logged once, and tried again every
   ``RESTART_INTERVAL_S``; it is cleared when a child starts again, so the camera comes back by itself when
   space returns.
+* At most one child exists at any time, ever: ``launch()`` kills and reaps the previous child before it starts
+  another, and refuses (an error ``poll`` keeps and retries) while the previous one is still there; the
+  pending-restart state is cleared the moment a child has started, before anything is logged; and logging never
+  raises (``_log``: a log call that fails is written to stderr instead), so no step of a restart can leave a
+  second child running.
 * ``stop()`` asks the child to exit, then terminates / kills it, and removes the shared blocks.
 
 The child never outlives the reasoning process (``PR_SET_PDEATHSIG`` plus a parent-pid check), ignores
@@ -69,7 +74,9 @@ CMD_SUBSCRIBE, CMD_STOP, HEARTBEAT, SUBSCRIBED, RECEIVED, VALID, INVALID, RATE_H
 MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS = 9, 10
 PUBLISHERS, LAST_RECV, MATCHED_SINCE, SUBSCRIBED_AT = 11, 12, 13, 14  # matched publishers of the image topic
 KIND0 = 16  # one word per DROP_KINDS entry
-STATS_WORDS = KIND0 + len(DROP_KINDS)
+SOURCE_RATE, TOPIC_PUBLISHERS, RELIABLE = KIND0 + len(DROP_KINDS), KIND0 + len(DROP_KINDS) + 1, \
+    KIND0 + len(DROP_KINDS) + 2  # the publisher's rate (header stamps), publishers on the topic (graph), QoS
+STATS_WORDS = RELIABLE + 1
 COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
 STATS_BYTES = 8 * 32
 
@@ -81,7 +88,7 @@ class CameraProcess:
     Raises ``SharedBlockError`` (one line) when its stats block cannot be made."""
 
     def __init__(self, frame_buffer: FrameBuffer, ros_args: list[str], log=None, env: dict | None = None,
-                 no_frames_restart_s: float | None = None):
+                 no_frames_restart_s: float | None = None, child_target=None):
         if not frame_buffer.shared:
             raise ValueError("CameraProcess needs FrameBuffer(shared=True)")
         self.fb = frame_buffer
@@ -93,6 +100,8 @@ class CameraProcess:
         self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES, "camera stats block")
         self._stats = np.frombuffer(self._stats_map, np.float64, STATS_BYTES // 8)
         self._ctx = multiprocessing.get_context("spawn")
+        self._target = child_target or child_main  # tests give a stand-in child body (faults at each step)
+        self.hang_s, self.ready_timeout_s, self.restart_interval_s = HANG_S, READY_TIMEOUT_S, RESTART_INTERVAL_S
         self.proc = None
         self._conn = None
         self.report: dict = {}
@@ -110,7 +119,9 @@ class CameraProcess:
     # --- life cycle ----------------------------------------------------------------------------------
 
     def launch(self) -> None:
-        """Start the child (does not wait: ``wait_ready`` does).  Raises when it cannot (``poll`` catches it)."""
+        """Start the child (does not wait: ``wait_ready`` does).  Raises when it cannot (``poll`` catches it),
+        and when the previous child cannot be ended: never a second child next to the first."""
+        self._end_previous()
         for i in COUNTS:  # what the previous child counted stays counted
             self._base[i] += self._stats[i]
         self._stats[HEARTBEAT:STATS_WORDS] = 0.0
@@ -119,7 +130,7 @@ class CameraProcess:
         receiver, sender = self._ctx.Pipe(duplex=False)
         try:
             proc = self._ctx.Process(
-                target=child_main, name="vla_camera",
+                target=self._target, name="vla_camera",
                 args=(self.fb.handle(), self._stats_path, self.ros_args, sender, os.getpid(), self.env), daemon=True)
             proc.start()
         except BaseException:
@@ -130,6 +141,17 @@ class CameraProcess:
         if self._conn is not None:
             self._conn.close()
         self.proc, self._conn = proc, receiver
+
+    def _end_previous(self) -> None:
+        """Kill and reap the previous child, if any; raise if it is still there afterwards."""
+        old = self.proc
+        if old is None:
+            return
+        if old.is_alive():
+            old.kill()
+        old.join(2.0)
+        if old.is_alive() or old.exitcode is None:
+            raise RuntimeError(f"the previous camera process (pid {old.pid}) has not ended yet; not starting another")
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S, abort=None) -> dict:
         """The child's start-up report: ``{"ok": True, "declared": [...], "undeclared": [...], "topic": ...}`` or
@@ -173,20 +195,20 @@ class CameraProcess:
             return
         now = time.monotonic()
         if self._restart_pending:  # the last start failed: try again every RESTART_INTERVAL_S
-            if now - self._started_at >= RESTART_INTERVAL_S:
+            if now - self._started_at >= self.restart_interval_s:
                 self._start_again()
             return
         s = self._stats
         beat = s[HEARTBEAT]
         alive = self.proc.is_alive()
         # a child that has not reported yet is still booting (imports take seconds on a small board)
-        hung = alive and (now - beat > HANG_S if beat > 0 else now - self._started_at > READY_TIMEOUT_S)
+        hung = alive and (now - beat > self.hang_s if beat > 0 else now - self._started_at > self.ready_timeout_s)
         silent = self._no_frames_for(now) if alive and not hung else None
         if s[RECEIVED] > 0:
             self._no_frames_streak = 0
         if alive and not hung and silent is None:
             return
-        if now - self._started_at < RESTART_INTERVAL_S:
+        if now - self._started_at < self.restart_interval_s:
             return
         if hung:
             self.last_exit = f"no heartbeat for {now - (beat or self._started_at):.1f} s: killed"
@@ -201,7 +223,7 @@ class CameraProcess:
         else:
             self.last_exit = describe_exit(self.proc)
         self.restarts += 1
-        self.log("error", f"camera process {self.last_exit}; starting it again (restart {self.restarts})")
+        self._log("error", f"camera process {self.last_exit}; starting it again (restart {self.restarts})")
         self._restart_pending = True
         self._start_again()
 
@@ -226,15 +248,26 @@ class CameraProcess:
             self._started_at = time.monotonic()
             self._failed(f"cannot start the camera process: {_one_line(e)}")
             return
-        if self.process_error:
-            self.log("info", f"camera process started again (was: {self.process_error})")
-        self.process_error = ""
+        # a child runs now: nothing below may leave the restart pending (the next poll would start another)
         self._restart_pending = False
+        was, self.process_error = self.process_error, ""
+        if was:
+            self._log("info", f"camera process started again (was: {was})")
 
     def _failed(self, line: str) -> None:
         if line != self.process_error:  # logged once per distinct error, not every retry
-            self.log("error", f"{line}; trying again every {RESTART_INTERVAL_S:.0f} s")
+            self._log("error", f"{line}; trying again every {self.restart_interval_s:.0f} s")
         self.process_error = line
+
+    def _log(self, level: str, msg: str) -> None:
+        """``self.log(level, msg)`` that never raises (a logger that refuses a call must not stop a restart)."""
+        try:
+            self.log(level, msg)
+        except Exception as e:  # noqa: BLE001
+            try:
+                print(f"vla_edge: [{level}] {msg} (logger failed: {_one_line(e)})", file=sys.stderr, flush=True)
+            except Exception:  # noqa: BLE001 - no stderr either: nothing left to tell
+                pass
 
     def stop(self, timeout: float = 2.0) -> None:
         """Ask the child to exit (then SIGTERM, then SIGKILL) and remove the shared blocks."""
@@ -289,6 +322,9 @@ class CameraProcess:
             "process_error": self.process_error,
             "restarts_no_frames": self.restarts_no_frames,
             "publishers_matched": int(s[PUBLISHERS]) if alive else 0,
+            "topic_publishers": int(s[TOPIC_PUBLISHERS]) if alive else 0,
+            "source_rate_hz": float(s[SOURCE_RATE]) if answering else 0.0,
+            "qos_reliability": ("reliable" if s[RELIABLE] else "best_effort") if s[SUBSCRIBED] else "",
             "last_frame_age_s": (now - float(s[LAST_RECV])) if alive and s[LAST_RECV] > 0 else float("nan"),
             "heartbeat_age_s": (now - beat) if beat > 0 else float("nan"),
         }
@@ -343,6 +379,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
     tighten_gil_switch()
 
     import rclpy
+    from rclpy.exceptions import ParameterException
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
@@ -365,6 +402,9 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
         except ParamError as e:
             conn.send({"ok": False, "param_error": str(e)})
             return
+        except ParameterException as e:  # rclpy's own parameters (use_sim_time:=maybe): the same one line
+            conn.send({"ok": False, "param_error": _one_line(e)})
+            return
         if node.p["process_nice"] > 0:
             os.nice(int(node.p["process_nice"]))
         s[MAX_IMAGE_BYTES], s[MAX_IMAGE_PIXELS] = node.p["max_image_bytes"], node.p["max_image_pixels"]
@@ -381,6 +421,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
                 s[SUBSCRIBED_AT] = time.monotonic()
                 s[SUBSCRIBED] = 1.0
             ex.spin_once(timeout_sec=0.05)
+            node.recheck_qos()
             _write_stats(s, node)
         ex.shutdown(timeout_sec=1.0)
     finally:
@@ -396,6 +437,7 @@ def _write_stats(s: np.ndarray, node) -> None:
     for i, kind in enumerate(DROP_KINDS):
         s[KIND0 + i] = st["invalid_by_kind"].get(kind, 0)
     s[LAST_RECV] = st["last_recv_time"]
+    s[SOURCE_RATE], s[TOPIC_PUBLISHERS], s[RELIABLE] = st["source_rate_hz"], st["topic_publishers"], st["reliable"]
     if node.sub is not None:
         matched = node.sub.get_publisher_count()
         if matched and not s[PUBLISHERS]:

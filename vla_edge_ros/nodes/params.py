@@ -18,10 +18,12 @@ from ..settings import ParamError, Settings, Spec, _fmt, check_update
 
 
 def undeclared_overrides(node) -> set[str]:
-    """Parameter overrides given to ``node`` (params file, -p) that it did not declare."""
+    """Parameter overrides given to ``node`` (params file, -p) that it did not declare, ``qos_overrides.*`` keys
+    included: rclpy declares one for each policy of each topic that takes overrides, so a key for another topic
+    (a misspelt name) or another policy is one nobody reads."""
     overrides = getattr(node, "_parameter_overrides", None) or {}
     declared = set(getattr(node, "_parameters", None) or {})
-    return {k for k in overrides if k not in declared and not k.startswith("qos_overrides.")}
+    return {k for k in overrides if k not in declared}
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ from geometry_msgs.msg import Twist, TwistStamped
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from rclpy.qos_overriding_options import QoSOverridingOptions
+from rclpy.exceptions import ParameterException
+from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
@@ -57,9 +58,15 @@ from .debug_image import render_debug
 from .instruction_input import InstructionInput
 from .params import declare_and_read, enable_runtime_updates
 
+# the policies of ~/action that qos_overrides.<topic>.publisher.<policy> may set
+ACTION_QOS_POLICIES = (QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH, QoSPolicyKind.RELIABILITY, QoSPolicyKind.DURABILITY)
 LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR}
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 STEADY = ClockType.STEADY_TIME
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 class ConfigureInterrupted(RuntimeError):
@@ -69,7 +76,10 @@ class ConfigureInterrupted(RuntimeError):
 class ReasoningNode(LifecycleNode):
     def __init__(self, frame_buffer: FrameBuffer, camera=None, node_name: str = "vla_edge",
                  engine_factory=None, validate_only: bool = False, **kwargs):
-        super().__init__(node_name, **kwargs)
+        try:  # rclpy's own parameters (use_sim_time:=1, :=maybe) are checked here: one line, exit 2
+            super().__init__(node_name, **kwargs)
+        except ParameterException as e:
+            raise ParamError(_one_line(e)) from None
         self.fb, self.camera, self._engine_factory = frame_buffer, camera, engine_factory
         raw = declare_and_read(self, REASONING_SPECS)
         # With autostart the cross-checks and the model directory are checked now (one message, exit 2); a node
@@ -88,6 +98,9 @@ class ReasoningNode(LifecycleNode):
         self._last_debug = 0.0
         self._frame_age_last: float | None = None
         self._stamp_sent = 0  # header stamp of the last ~/action sent (ns)
+        self.stamps_replaced = 0  # action_stamp frame: frame stamps too far from this node's clock, sent as now
+        self._action_publishers = 0  # publishers on ~/action's topic, this one included (graph, 1 Hz)
+        self._duplicate_logged = False
         self.on_finalized = None  # called after the shutdown transition (bringup: end the process)
         self._bond = None
         # /diagnostics status names carry the namespace: two robots on one aggregator do not collide
@@ -98,12 +111,17 @@ class ReasoningNode(LifecycleNode):
 
         reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.action_msg = TwistStamped if p.action_type == "twist_stamped" else Twist
-        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.* adjust its QoS (rclpy declares them
-        # and applies them to the profile object in place: this one is its own)
-        self.pub_action = self.create_lifecycle_publisher(
-            self.action_msg, "~/action",
-            QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE),
-            qos_overriding_options=QoSOverridingOptions.with_default_policies())
+        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.{history,depth,reliability,durability}
+        # adjust its QoS (rclpy declares them and applies them to the profile object in place: this one is its own);
+        # an impossible value is a parameter error (one line, exit 2)
+        action_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        try:
+            self.pub_action = self.create_lifecycle_publisher(
+                self.action_msg, "~/action", action_qos, qos_overriding_options=QoSOverridingOptions(
+                    policy_kinds=ACTION_QOS_POLICIES))
+            action_qos.get_c_qos_profile()
+        except (ParameterException, RuntimeError, ValueError, TypeError) as e:
+            raise ParamError(f"qos_overrides for {self.resolve_topic_name('~/action')}: {_one_line(e)}") from None
         self.pub_vector = self.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
@@ -228,6 +246,7 @@ class ReasoningNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
         self.runtime.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
+        self.runtime.limiter.reset()  # the first command ramps from rest, one period's step
         try:
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
             if self.camera is not None:
@@ -365,10 +384,14 @@ class ReasoningNode(LifecycleNode):
         the source frame's capture stamp (``frame``; "now" before any frame); Twist carries no stamp."""
         if self.action_msg is TwistStamped:
             msg = TwistStamped()
-            if self.p.action_stamp == "frame" and out.stamp_ns is not None:
+            now = self.get_clock().now()
+            if self.p.action_stamp == "frame" and out.stamp_ns is not None and \
+                    abs(int(out.stamp_ns) - now.nanoseconds) <= self.p.action_stamp_max_offset_s * 1e9:
                 msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(out.stamp_ns), 1_000_000_000)
             else:
-                msg.header.stamp = self.get_clock().now().to_msg()
+                if self.p.action_stamp == "frame" and out.stamp_ns is not None:
+                    self.stamps_replaced += 1  # a camera clock far from ours: now, never a stamp from 2038
+                msg.header.stamp = now.to_msg()
             msg.header.frame_id = self.p.action_frame_id
             tw = msg.twist
         else:
@@ -439,7 +462,53 @@ class ReasoningNode(LifecycleNode):
         else:
             r.update(self.runtime.values())
             r.update(self.gc_pauses.summary())
+        r["stamps_replaced"] = self.stamps_replaced
+        r["use_sim_time"] = self._sim_time_active()
+        r["action_topic"], r["action_publishers"], r["pid"] = self.pub_action.topic_name, self._action_publishers, \
+            os.getpid()
         return r, self._camera_values()
+
+    def _check_action_publishers(self) -> str | None:
+        """One publisher per action topic: a graph query (1 Hz, from the diagnostics timer). Returns the ERROR line
+        when another publisher is on ~/action (a second vla_edge in this namespace, a teleop node on the same
+        cmd_vel), and logs a warning when one appears."""
+        topic = self.pub_action.topic_name
+        try:
+            n = self.count_publishers(topic)
+        except Exception:  # noqa: BLE001 - the graph is best effort
+            return None
+        self._action_publishers = n
+        if n <= 1:
+            self._duplicate_logged = False
+            return None
+        try:
+            names = sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in
+                           self.get_publishers_info_by_topic(topic))
+        except Exception:  # noqa: BLE001
+            names = []
+        line = (f"{n} publishers on {topic} ({', '.join(names)}): another node drives the same base (two vla_edge "
+                f"in one namespace? set namespace:= or action_topic:=)")
+        if not self._duplicate_logged:
+            self.get_logger().warn(line)
+            self._duplicate_logged = True
+        return line
+
+    def _sim_time_active(self) -> bool:
+        try:
+            return bool(self.get_clock().ros_time_is_active)
+        except Exception:  # noqa: BLE001 - a clock without ROS time (steady/system)
+            return False
+
+    def status_warnings(self) -> list[str]:
+        """What the reasoning status warns about besides the cycle counts: the admission estimate over budget,
+        use_sim_time with no /clock (every command stamped 0)."""
+        out = []
+        if self.runtime is not None and self.runtime.deadline_warning:
+            out.append(self.runtime.deadline_warning)
+        if self._sim_time_active() and self.get_clock().now().nanoseconds == 0:
+            out.append("no /clock: use_sim_time is true and no clock message arrived, so every command is stamped 0 "
+                       "(play the bag with --clock, or set use_sim_time false)")
+        return out
 
     def _camera_values(self) -> dict:
         c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
@@ -453,6 +522,9 @@ class ReasoningNode(LifecycleNode):
         for kind in DROP_KINDS:
             c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
         c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
+        for key in ("source_rate_hz", "topic_publishers", "publishers_matched", "qos_reliability"):
+            if key in cs:  # the publisher's rate (its frames' stamps) and whether its QoS matched ours
+                c[key] = cs[key]
         for key in ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
                     "restarts_no_frames"):
             if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
@@ -461,12 +533,15 @@ class ReasoningNode(LifecycleNode):
 
     def _on_diagnostics(self) -> None:
         try:
+            duplicate = self._check_action_publishers()
             r, c = self.diagnostics_values()
             if "cycles" not in r or self.lifecycle_state != "active":
                 lvl, msg = "WARN", (f"{self.lifecycle_state}: no control output (lifecycle transitions: configure, "
                                     "activate)")
             else:
-                lvl, msg = self._rollup.level(r, self.runtime.deadline_warning)
+                lvl, msg = self._rollup.level(r, "; ".join(self.status_warnings()) or None)
+            if duplicate:  # whatever else is going on: two nodes command one base
+                lvl, msg = "ERROR", duplicate + "; " + msg
             clvl, cmsg = self._camera_status.level(c)
         except Exception as e:  # noqa: BLE001
             self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)

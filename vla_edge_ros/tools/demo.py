@@ -43,23 +43,54 @@ from ..eviction import POLICY_NAMES
 
 
 CPU_PRESETS = ("tiny", "micro")  # largest first: what the demo tries on a CPU
+# The demo's choice (issue 30.7): 10 chunks and p90 <= 75 % of the budget picked tiny on a borderline host 1 run in 5,
+# which then refused most cycles. It now times enough chunks for a p90 to mean something, and keeps a wider margin:
+# the node shares the CPU with the camera process, DDS and the replay (a chunk there took ~1.5-2x the chunk alone).
+DEMO_CHUNKS = 40
+DEMO_FIT_SHARE = 0.6
+MIN_MODEL_SHARE = 0.5  # the window fails with fewer model actions than this share of its cycles
+
+
+def preset_fits(cost, period_ms: float, safety_margin_ms: float) -> bool:
+    """The demo's rule: at least DEMO_CHUNKS chunks timed, and their p90 within DEMO_FIT_SHARE of the budget."""
+    from ..host_fit import fits
+
+    return cost.chunks >= DEMO_CHUNKS and fits(cost, period_ms, safety_margin_ms, share=DEMO_FIT_SHARE)
+
+
+def window_verdict(cycles: list[dict]) -> str | None:
+    """None when the demo's window went as a demo must (no deadline miss, at least MIN_MODEL_SHARE model actions),
+    else the one line saying what went wrong (``~/cycle`` key-values of the window's cycles)."""
+    if not cycles:
+        return "no cycle in the window"
+    late = sum(c.get("late") == "True" for c in cycles)
+    missed = sum(int(c.get("missed_before", 0) or 0) for c in cycles)
+    model = sum(c.get("source") == "model" for c in cycles)
+    problems = []
+    if late or missed:
+        problems.append(f"{late + missed} deadline misses ({late} late actions, {missed} ticks that never ran)")
+    if model < MIN_MODEL_SHARE * len(cycles):
+        problems.append(f"{model} model actions of {len(cycles)} cycles ({model / len(cycles):.0%}, under "
+                        f"{MIN_MODEL_SHARE:.0%})")
+    return "; ".join(problems) or None
 
 
 def choose_cpu_preset(cache: Path, period_ms: float, safety_margin_ms: float) -> tuple[str | None, str]:
     """(the largest CPU preset whose chunk fits the cycle on this host, or None; one line saying why)."""
-    from ..host_fit import FIT_SHARE, fits, measure_chunk, period_for
+    from ..host_fit import measure_chunk, period_for
     from .outputs import ensure_model
 
     budget = period_ms - safety_margin_ms
     said = []
     for preset in CPU_PRESETS:
-        cost = measure_chunk(ensure_model(cache, None, preset), CPU_KV_CAPACITY_TOKENS)
-        ok = fits(cost, period_ms, safety_margin_ms)
+        cost = measure_chunk(ensure_model(cache, None, preset), CPU_KV_CAPACITY_TOKENS, chunks=DEMO_CHUNKS)
+        ok = preset_fits(cost, period_ms, safety_margin_ms)
         said.append(f"{preset}: {cost.line()} ({'fits' if ok else 'does not fit'})")
         if ok:
             return preset, (f"model {preset} at {CPU_KV_CAPACITY_TOKENS} slots, measured here: " + "; ".join(said)
-                            + f"; fits = p90 <= {FIT_SHARE:.0%} of the {budget:g} ms budget")
-    need = period_for(cost, safety_margin_ms, period_ms)
+                            + f"; fits = p90 of {DEMO_CHUNKS} chunks <= {DEMO_FIT_SHARE:.0%} of the {budget:g} ms "
+                            "budget")
+    need = period_for(cost, safety_margin_ms, period_ms, share=DEMO_FIT_SHARE)
     return None, ("no embedded model fits a " + f"{period_ms:g} ms cycle on this CPU (" + "; ".join(said)
                   + f"): run `./scripts/demo.sh --period-ms {need:g}` (or `vla-edge-demo --period-ms {need:g}`), "
                   "or run it on a machine with a GPU")
@@ -238,12 +269,11 @@ def main(argv=None) -> int:
         print(f"camera             {d.get('camera_rate_hz', '?')} Hz, invalid frames {d.get('frames_invalid', '?')}")
         print(f"kv cache           {d.get('cache_tokens', '?')}/{d.get('kv_capacity_tokens', '?')} tokens, "
               f"{d.get('retained_frames', '?')} frames retained")
-        if not cyc:
+        verdict = window_verdict(cyc)
+        if verdict:  # one line, non-zero: a demo whose window missed deadlines or barely ran the model failed
+            print(f"[demo] FAILED: {verdict} (a GPU, --preset micro or a longer --period-ms fits this machine)",
+                  file=sys.stderr, flush=True)
             rc = 1
-        elif by_src["model"] == 0:
-            print(f"\nno model action: the chunk estimate ({d.get('ema_estimate', '?')} ms) never fit the "
-                  f"{d.get('period_ms', '?')} ms cycle on this machine; the fallbacks above are the deadline guard "
-                  f"working. A GPU (backend cuda), --preset micro or a longer --period-ms shows model actions.")
     except KeyboardInterrupt:
         rc = 130
     finally:
