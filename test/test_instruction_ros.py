@@ -155,3 +155,19 @@ def test_replay_publishes_an_instruction_with_the_bag(domain, tmp_path, procs, m
     finally:
         lst.close()
     assert node.stop() == 0, node.output()[-3000:]
+
+
+def test_the_demo_shows_its_instruction(domain, micro_gguf):
+    import os
+    import subprocess
+    import sys
+
+    from ros_helpers import ROOT
+
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.demo", "--model", micro_gguf, "--seconds", "3",
+                        "--kv-capacity", "512", "--period-ms", "100", "--instruction", "pick up the cup: it's red"],
+                       capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("instruction"))
+    assert "pick up the cup: it's red" in line and "(25 tokens" in line and "refused" not in line, line

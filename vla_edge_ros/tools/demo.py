@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import random
 import subprocess
@@ -132,7 +133,10 @@ def build_parser():
     ap.add_argument("--seconds", type=finite_positive, default=20.0,
                     help="how long to run after the first action (default: 20)")
     ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated synthetic clip)")
-    ap.add_argument("--model", help="model dir (default: the generated --preset model)")
+    ap.add_argument("--model", help="model dir or GGUF file (default: the generated --preset model)")
+    ap.add_argument("--instruction", default=None,
+                    help="the task, as the node's instruction parameter (needs a model with a tokenizer, e.g. a GGUF "
+                         "file; the generated presets have none and refuse it, saying so) (default: none)")
     ap.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
                     help="model to generate when --model is not given; auto: tiny on a GPU, on a CPU the largest "
                          "of tiny, micro whose chunk, timed here at start-up, fits the cycle (default: auto)")
@@ -190,6 +194,8 @@ def main(argv=None) -> int:
     if kv_cap is None and on_cpu:
         kv_cap = CPU_KV_CAPACITY_TOKENS
     params = [f"period_ms:={period_ms}"] if a.period_ms is not None else []
+    if a.instruction is not None:  # a JSON string is a YAML string: quotes and colons stay text
+        params.append(f"instruction:={json.dumps(a.instruction)}")
     node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, params=params)
 
     print(f"[demo] ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} model={model} source={source}", flush=True)
@@ -269,6 +275,10 @@ def main(argv=None) -> int:
         print(f"camera             {d.get('camera_rate_hz', '?')} Hz, invalid frames {d.get('frames_invalid', '?')}")
         print(f"kv cache           {d.get('cache_tokens', '?')}/{d.get('kv_capacity_tokens', '?')} tokens, "
               f"{d.get('retained_frames', '?')} frames retained")
+        if a.instruction is not None or d.get("instruction"):
+            refused = d.get("instruction_last_refusal", "none")
+            print(f"instruction        {d.get('instruction', '?')!r} ({d.get('instruction_tokens', '?')} tokens, "
+                  f"prompt {d.get('prompt_tokens', '?')})" + (f"; refused: {refused}" if refused != "none" else ""))
         verdict = window_verdict(cyc)
         if verdict:  # one line, non-zero: a demo whose window missed deadlines or barely ran the model failed
             print(f"[demo] FAILED: {verdict} (a GPU, --preset micro or a longer --period-ms fits this machine)",
