@@ -143,6 +143,11 @@ class PromptBuilder:
 
 
 def summary(instr: Instruction, limit: int = 200) -> str:
-    """The instruction's text for a report line: at most `limit` characters, newlines shown as spaces."""
-    t = instr.text.replace("\n", " ")
+    """The instruction's text for a report line (see `shorten`)."""
+    return shorten(instr.text, limit)
+
+
+def shorten(text, limit: int = 200) -> str:
+    """Instruction text for a report line: at most `limit` characters, newlines shown as spaces."""
+    t = str(text).replace("\n", " ")
     return t if len(t) <= limit else t[:limit - 3] + "..."

@@ -46,7 +46,7 @@ from ..cycle import REASONS, REPROBE_AFTER_S, probe_after_cycles
 from ..engine import BACKENDS, cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
-from ..instruction import InstructionError
+from ..instruction import InstructionError, shorten
 from ..metrics import CycleStats
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
@@ -200,7 +200,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
                 try:
                     rt.set_instruction(text, "bench")
                 except InstructionError as e:
-                    refusals.append({"at_s": at, "text": summary_of(text), "error": str(e)})
+                    refusals.append({"at_s": at, "text": shorten(text, 120), "error": str(e)})
             out = cycle.tick(t0, scheduled)
             t_publish = time.monotonic()  # the bench's "publish": nothing to send, only the instant
             cycle.record_published(out, t_publish)
@@ -285,7 +285,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
         metrics["instruction"] = rt.instruction_values()
         metrics["instruction_changes"] = [
-            {"text": summary_of(r["text"]), "requested_s": r["requested"] - start,
+            {"text": shorten(r["text"], 120), "requested_s": r["requested"] - start,
              "applied_s": None if r["applied"] is None else r["applied"] - start, "cycles": r["cycles"],
              "prefill_ms": r["prefill_ms"], "prompt_tokens": r["prompt_tokens"],
              "instruction_tokens": r["instruction_tokens"], "ok": r["ok"], "error": r["error"]}
@@ -564,12 +564,6 @@ def build_parser() -> Parser:
                         "complete) (default: refuse)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
     return p
-
-
-def summary_of(text, limit: int = 120) -> str:
-    """An instruction's text for the report (shortened)."""
-    t = str(text).replace("\n", " ")
-    return t if len(t) <= limit else t[:limit - 3] + "..."
 
 
 def _instruction_at(text: str):
