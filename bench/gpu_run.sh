@@ -7,7 +7,7 @@
 #   PRESET=qwen2.5-0.5b | qwen2.5-1.5b (default) | qwen2.5-3b picks the shape of models / bench / sms (JSON names carry
 #   it: cb_<preset>_<kind>.json); tshape runs the slow full-depth test of that shape (0.5B, 1.5B)
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
-#   micro  prefill GEMMs alone, kernels/gemm.cu vs the previous ones (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro.json
+#   micro  prefill GEMMs alone in the variants and rows of MICRO_ARGS (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro$MICRO_TAG.json
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
 #   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16)              -> $OUT/tests_15b.xml
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
@@ -24,7 +24,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 for step in ${STEPS:-tests models bench peers}; do
   case $step in
   tests) say "tests"; gpu_tests 8 ;;
-  micro) say "gemm micro"; timeout 240 $PY dev/cuda/gemm_micro.py --json "$OUT/gemm_micro.json" 2>&1 | tail -n 40 ;;
+  micro) say "gemm micro $MICRO_ARGS"; timeout 300 $PY dev/cuda/gemm_micro.py $MICRO_ARGS \
+    --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bw]_|Error|error|Traceback" ;;
   models) say "models"; make_models ;;
   tshape)
     say "$PRESET full-depth tests"

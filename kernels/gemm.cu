@@ -1,25 +1,30 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
-// Prefill projections on the tensor cores, one body for both weight formats (the format is a policy):
+// Prefill projections on the tensor cores (mma.sync m16n8k16, fp32 accumulation; sm_80-class: runs on an Orin):
 //   Y[T, N] (=|+=) X[T, K] . W[N, K]^T       (mode 0: store; mode 1: fp32 atomics, split-K, residual/bias fused)
 //   act[T, N/2] = silu(X . Wg^T) * (X . Wu^T) (mode 2: gate/up + SwiGLU fused; W = [gate rows; up rows], no split)
-// T = 32 rows (gemm_<fmt>_t32) or 48 (gemm_<fmt>_t48: 32 vision tokens + 8 parallel action queries + zero rows).
-// X bf16 (normalised activations); W bf16 [N, K] (HF [out, in]) or 4-bit (Q uint32 [N, K/8] nibbles, SZ uint32
-// [N, K/128] scale bits | zero << 16, as gemv.cu); fp32 accumulation with mma.sync m16n8k16.
-// Twins: ops.linear (on QuantTensor.dequantize() for 4-bit), ops.silu_mul for mode 2.
+// X bf16 (normalised activations), row stride K. Twins: ops.linear, ops.silu_mul for mode 2.
+// Two bodies, one a weight format (the format is a policy of the launcher, cuda/launch.py Gemm):
 //
-// Structure (W4A16 in the Marlin manner: the weights are dequantized inside a pipelined tensor-core loop):
-// a block owns NB = 32 * NT W rows (a warp 8 * NT: NT n-tiles of 8; bf16 NT = 2, 4-bit NT = 4) and a K range
-// (grid.y splits K); bf16: 4 warps, 4-bit: 8 warps in two groups along K (KW below). Each 64-wide chunk's X tile
-// (T x 64 bf16) and W tile (NB rows x 64: 128 B a row bf16, 32 B of nibbles + 4 B of scale|zero) are copied
-// global -> shared with cp.async, STAGES stages deep, so a block keeps three stages of weights in flight while it
-// multiplies the fourth, and the warps share one copy of X. Fragments are read from shared memory with 16-byte
-// loads (X and bf16 W tiles XOR-swizzled by row, conflict-free). K is permuted consistently for A and B inside each chunk:
-// lane q of a row takes the chunk's elements 16q..16q+15 (two 16-byte words), mma step s uses elements
-// 4s..4s+3 of those (the dot product does not depend on the order of k).
-// 4-bit: B = (q - z) converted exactly to bf16 (w4_pair: nibbles i, i+4 of a word as one bf16 pair, the A words
-// regrouped to match), the group scale applied to the fp32 accumulators once per chunk (a chunk never straddles a
-// 128-group): acc += s[n] * (X . (q - z)).
+// bf16 W [N, K] (HF [out, in]): gemm_bf16_t32 / _t48 (48 = 32 vision tokens + 8 parallel action queries + zero
+// rows). X is the MMA's A operand (16-row tiles), W the B operand. A block owns NB = 32 * NT W rows (a warp 8 * NT:
+// NT n-tiles of 8) and a K range (grid.y splits K); 4 warps. Each 64-wide chunk's X tile (T x 64) and W tile (NB
+// rows x 64) are copied global -> shared with cp.async, STAGES deep, XOR-swizzled by row (conflict-free 16-byte
+// fragment loads). K is permuted consistently for A and B inside each chunk: lane q of a row takes the chunk's
+// elements 16q..16q+15, mma step s uses elements 4s..4s+3 of those (a dot product does not depend on the order).
+//
+// 4-bit W (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16, as gemv.cu): gemm_w4_t32 / _t40
+// (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied). Written for the
+// few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A operand** (16 W
+// rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to 48) and each
+// dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i + 4 of a
+// word become one bf16 pair with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: bf16 of 128 + n), one
+// bf16x2 subtraction of 128 + z (exact) and one bf16x2 multiplication by the group scale (rounded once to bf16:
+// the tensor cores take bf16 weights; the twin rounds the same way). No fp32 scale pass and no second set of
+// accumulators, so a warp needs ~100 registers and an SM holds 4 blocks of 4 warps (4 warps a scheduler).
+// The k order inside a chunk follows the nibbles: lane t takes elements 16t..16t+15 as 8 pairs (e, e + 4) of each
+// group of 8; the X words (adjacent bf16 pairs) are regrouped to match with one byte permute each, once per k-step
+// for all the warp's W tiles.
 #include "common.cuh"
 
 // Per-format shape (cuda/launch.py GEMM_CFG mirrors these; dev/cuda/gemm_micro.py sweeps them with -D):
@@ -37,20 +42,14 @@
 #ifndef GEMM_MINB_BF16
 #define GEMM_MINB_BF16 1
 #endif
-#ifndef GEMM_NT_W4
-#define GEMM_NT_W4 4
-#endif
-#ifndef GEMM_KW_W4
-#define GEMM_KW_W4 2
+#ifndef GEMM_NW_W4
+#define GEMM_NW_W4 2  // m16 tiles of W rows a warp (a block: 4 warps, 64 * NW W rows)
 #endif
 #ifndef GEMM_STAGES_W4
 #define GEMM_STAGES_W4 4
 #endif
-#ifndef GEMM_MINB_W4_T32
-#define GEMM_MINB_W4_T32 2  // 32 rows: two 8-warp blocks an SM (124 registers, no spill) measured faster
-#endif
-#ifndef GEMM_MINB_W4_T48
-#define GEMM_MINB_W4_T48 1  // 48 rows: a cap of 128 registers spills (168 needed)
+#ifndef GEMM_MINB_W4
+#define GEMM_MINB_W4 4  // blocks an SM must hold (__launch_bounds__: 128 registers a thread)
 #endif
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -72,22 +71,15 @@ __device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int 
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-// The weight formats. W_UNITS / S_UNITS: 16-byte units of a stage's W tile / scale|zero tile.
+// ------------------------------------------------------------------------------------------------ bf16 weights
+// W_UNITS / S_UNITS: 16-byte units of a stage's W tile / scale|zero tile (none for bf16).
 // KW: warp groups along K (4 warps each); a stage holds KW consecutive chunks, group h multiplies chunk h of it, and
-// the groups' sums are added in shared memory at the end. The 4-bit body has more ALU work per weight byte (the
-// dequantization) and one 4-warp block per SM left one warp per scheduler, stalled on every dependency.
+// the groups' sums are added in shared memory at the end.
 struct FmtBf16 {
     static constexpr int NT = GEMM_NT_BF16, NB = 32 * NT, KW = GEMM_KW_BF16, STAGES = GEMM_STAGES_BF16;
     static constexpr int W_UNITS = NB * 8;  // NB rows x 128 bytes
     static constexpr int S_UNITS = 0;
 };
-struct FmtW4 {
-    static constexpr int NT = GEMM_NT_W4, NB = 32 * NT, KW = GEMM_KW_W4, STAGES = GEMM_STAGES_W4;
-    static constexpr int W_UNITS = NB * 2;  // NB rows x 32 bytes of nibbles
-    static constexpr int S_UNITS = NB / 4;  // NB words of scale|zero
-    static_assert(NT >= 2, "a 4-bit W tile needs 128 threads' worth of 16-byte units");
-};
-
 // The W row that block-local row l stands for: consecutive rows, or in mode 2 the warp's n-tiles 0 .. NT/2-1 are
 // gate rows and NT/2 .. NT-1 the up rows of the same 4 * NT outputs (so one lane holds g and u of the same element).
 template <class F>
@@ -110,22 +102,11 @@ __device__ __forceinline__ void load_chunk(uint4* st, const bf16_t* __restrict__
         cp_async16(st + r * 8 + (u ^ (r & 7)), X + (size_t)r * K + k0 + u * 8);
     }
     uint4* ws = st + 16 * MT * 8;
-    if (F::S_UNITS == 0) {
-        const bf16_t* Wb = (const bf16_t*)W;
+    const bf16_t* Wb = (const bf16_t*)W;
 #pragma unroll
-        for (int i = 0; i < F::W_UNITS / 128; ++i) {
-            const int idx = tid + i * 128, l = idx >> 3, u = idx & 7;
-            cp_async16(ws + l * 8 + (u ^ (l & 7)), Wb + (size_t)w_row<F>(l, mode, N) * K + k0 + u * 8);
-        }
-    } else {
-        const unsigned* Q = (const unsigned*)W;
-#pragma unroll
-        for (int i = 0; i < F::W_UNITS / 128; ++i) {
-            const int idx = tid + i * 128, l = idx >> 1, u = idx & 1;
-            cp_async16(ws + idx, Q + (size_t)w_row<F>(l, mode, N) * (K >> 3) + (k0 >> 3) + u * 4);
-        }
-        unsigned* ss = (unsigned*)(ws + F::W_UNITS);
-        cp_async4(ss + tid, SZ + (size_t)w_row<F>(tid, mode, N) * (K >> 7) + (k0 >> 7));
+    for (int i = 0; i < F::W_UNITS / 128; ++i) {
+        const int idx = tid + i * 128, l = idx >> 3, u = idx & 7;
+        cp_async16(ws + l * 8 + (u ^ (l & 7)), Wb + (size_t)w_row<F>(l, mode, N) * K + k0 + u * 8);
     }
 }
 
@@ -183,85 +164,6 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtB
             for (int j = 0; j < NT; ++j)
                 mma_step(acc[mt][j], a[mt], s, word_of(b[j][0], b[j][1], 2 * s), word_of(b[j][0], b[j][1], 2 * s + 1));
         }
-}
-
-// Two nibbles of a word as a bf16 pair minus the zero: nibbles i and i + 4 (bits 4i.. and 16 + 4i..) land in the
-// two halves with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: the bf16 of 128 + n, ulp 1 in
-// [128, 256)), and one bf16x2 subtraction of 128 + z leaves n - z, exact for these small integers (Marlin's trick).
-__device__ __forceinline__ unsigned w4_pair(unsigned w, int sh, unsigned zz) {
-    const unsigned t = ((w >> sh) & 0x000F000Fu) | 0x43004300u;
-    const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
-    return *(const unsigned*)&d;
-}
-
-// acc += s . (X . (q - z)^T) over the chunk in stage st (4-bit weights).
-// k order: a lane's 16 elements (16q .. 16q+15 of the chunk) are taken as 8 pairs (e, e + 4) within each group of 8,
-// the order the nibbles come out of a word (w4_pair); k-step s uses pairs 2s and 2s + 1. The A words (adjacent
-// bf16 pairs) are regrouped the same way with one byte permute each (reused by all NT n-tiles), so the B side costs
-// 3 instructions a pair.
-template <int MT>
-__device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtW4::NT][4], FmtW4, int sbf, int warp,
-                                          int lane) {
-    constexpr int NT = FmtW4::NT;
-    const int r = lane >> 2, q = lane & 3;
-    uint4 a[MT][2][2];
-    load_a<MT>(a, st, r, q);
-    const uint2* ws = (const uint2*)(st + 16 * MT * 8);
-    const unsigned* ss = (const unsigned*)(st + 16 * MT * 8 + FmtW4::W_UNITS);
-    uint2 b[NT];
-    unsigned zz[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int l = warp * 8 * NT + j * 8 + r;
-        b[j] = ws[l * 4 + q];  // the lane's 16 nibbles of row l: elements 16q..16q+15 of the chunk
-        const unsigned z128 = 0x4300u | ((ss[l] >> 16) & 15u);  // bf16(128 + z)
-        zz[j] = z128 | (z128 << 16);
-    }
-    float t[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) t[i][j][e] = 0.f;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-        const int sh = 8 * (s & 1);  // pairs 2s, 2s+1 = nibbles (sh/4, +4) and (sh/4 + 1, +4) of word s >> 1
-        unsigned b0[NT], b1[NT];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const unsigned w = s < 2 ? b[j].x : b[j].y;
-            b0[j] = w4_pair(w, sh, zz[j]);
-            b1[j] = w4_pair(w, sh + 4, zz[j]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            // A: rows r (h 0) and r + 8 (h 1); words W0..W3 of group s >> 1; pair (e, e+4) = halves of W_i, W_{i+2}
-            unsigned pa[2][2];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const uint4& g = a[mt][h][s >> 1];
-                const unsigned x = (s & 1) ? g.y : g.x, y = (s & 1) ? g.w : g.z;
-                pa[h][0] = __byte_perm(x, y, 0x5410);  // (lo x, lo y): elements (2i, 2i + 4)
-                pa[h][1] = __byte_perm(x, y, 0x7632);  // (hi x, hi y): elements (2i + 1, 2i + 5)
-            }
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-                mma_bf16_16816(t[mt][j], pa[0][0], pa[1][0], pa[0][1], pa[1][1], b0[j], b1[j]);
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int l = warp * 8 * NT + j * 8 + q * 2;  // accumulator columns 2q, 2q+1 of n-tile j
-        const float s0 = w4_scale(ss[l], sbf), s1 = w4_scale(ss[l + 1], sbf);
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-            acc[i][j][0] = fmaf(s0, t[i][j][0], acc[i][j][0]);
-            acc[i][j][1] = fmaf(s1, t[i][j][1], acc[i][j][1]);
-            acc[i][j][2] = fmaf(s0, t[i][j][2], acc[i][j][2]);
-            acc[i][j][3] = fmaf(s1, t[i][j][3], acc[i][j][3]);
-        }
-    }
 }
 
 // 16 * MT rows x 8 columns of accumulators a warp, as (mt, n-tile j, e): rows mt*16 + r (+8 for e >= 2),
@@ -373,13 +275,189 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
                    bf16_t* __restrict__ act, int N, int K, int mode) {                                           \
         gemm_body<FmtBf16, MT>(X, W, nullptr, 0, Y, act, N, K, mode);                                             \
     }
-#define GEMM_W4(MT, T, MINB)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_W4, MINB)                                          \
+// ---------------------------------------------------------------------------------------------- 4-bit weights
+// Weights as the MMA's A operand (see the top). A block: 4 warps, NB = 64 * NW W rows (warp w: m16 tiles i of rows
+// w * 16 * NW + 16 i ..), TT token tiles of 8 (T = 8 TT rows), a K range (grid.y splits K in mode 1).
+// A stage (one 64-wide chunk, 16-byte units): X tile 8 TT rows x 8 units (XOR-swizzled by row), W tile NB rows x 2
+// units of nibbles, NB words of scale|zero.
+struct W4 {
+    static constexpr int NW = GEMM_NW_W4, NB = 64 * NW, STAGES = GEMM_STAGES_W4;
+    static_assert(NW % 2 == 0, "mode 2 pairs gate tile i with up tile i + NW / 2");
+};
+
+template <int TT>
+constexpr int w4_stage_units() { return TT * 64 + 2 * W4::NB + W4::NB / 4; }
+
+// The W row that block-local row l (warp w, tile i, row rr of the tile) stands for: consecutive rows, or in mode 2
+// gate rows for tiles i < NW/2 and the up rows of the same outputs for tiles i >= NW/2 (one lane holds g and u).
+__device__ __forceinline__ int w4_row(int l, int mode, int N) {
+    if (mode != 2) return blockIdx.x * W4::NB + l;
+    constexpr int HW = W4::NW / 2;
+    const int w = l / (16 * W4::NW), i = (l >> 4) % W4::NW, rr = l & 15;
+    return (i >= HW ? (N >> 1) : 0) + blockIdx.x * (W4::NB / 2) + w * (16 * HW) + (i % HW) * 16 + rr;
+}
+
+template <int TT>
+__device__ __forceinline__ void w4_load_stage(uint4* st, const bf16_t* __restrict__ X, const unsigned* __restrict__ Q,
+                                              const unsigned* __restrict__ SZ, int N, int K, int mode, int c) {
+    const int tid = threadIdx.x;
+    const int k0 = c * 64;
+#pragma unroll
+    for (int i = 0; i < (TT * 64 + 127) / 128; ++i) {  // X tile
+        const int idx = tid + i * 128, r = idx >> 3, u = idx & 7;
+        if (idx < TT * 64) cp_async16(st + r * 8 + (u ^ (r & 7)), X + (size_t)r * K + k0 + u * 8);
+    }
+    uint4* ws = st + TT * 64;
+#pragma unroll
+    for (int i = 0; i < (2 * W4::NB) / 128; ++i) {  // W tile: row l's 32 bytes of nibbles as 2 units
+        const int idx = tid + i * 128, l = idx >> 1, u = idx & 1;
+        cp_async16(ws + idx, Q + (size_t)w4_row(l, mode, N) * (K >> 3) + (k0 >> 3) + u * 4);
+    }
+    unsigned* ss = (unsigned*)(ws + 2 * W4::NB);
+#pragma unroll
+    for (int i = 0; i < W4::NB / 128; ++i) {
+        const int l = tid + i * 128;
+        cp_async4(ss + l, SZ + (size_t)w4_row(l, mode, N) * (K >> 7) + (k0 >> 7));
+    }
+}
+
+// (q - z) * s as a bf16 pair for nibbles i, i + 4 of w (i = sh / 4): zz = bf16x2(128 + z), sc = bf16x2(s).
+__device__ __forceinline__ unsigned w4_deq(unsigned w, int sh, unsigned zz, unsigned sc) {
+    const unsigned t = ((w >> sh) & 0x000F000Fu) | 0x43004300u;
+    const __nv_bfloat162 d = __hmul2(__hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz),
+                                     *(const __nv_bfloat162*)&sc);
+    return *(const unsigned*)&d;
+}
+
+// The group scale as bf16 bits (fp16 scales rounded to nearest even once; the twin rounds the same way).
+__device__ __forceinline__ unsigned w4_scale_bf16(unsigned sz, int sbf) {
+    return sbf ? (sz & 0xffffu) : (unsigned)f2bf(__half2float(__ushort_as_half((unsigned short)(sz & 0xffffu))));
+}
+
+// acc[i][j] += W tile i . X tile j over the chunk in stage st (warp `warp`, lane (g, t)).
+template <int TT>
+__device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::NW][TT][4], int sbf, int warp,
+                                             int lane) {
+    constexpr int NW = W4::NW;
+    const int g = lane >> 2, t = lane & 3;
+    const uint2* ws = (const uint2*)(st + TT * 64);
+    const unsigned* ss = (const unsigned*)(st + TT * 64 + 2 * W4::NB);
+    uint2 wq[NW][2];
+    unsigned zz[NW][2], sc[NW][2];
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows g (h 0) and g + 8 (h 1) of tile i
+            const int l = warp * 16 * NW + i * 16 + g + 8 * h;
+            wq[i][h] = ws[l * 4 + t];  // the lane's 16 nibbles of row l: elements 16t..16t+15 of the chunk
+            const unsigned sz = ss[l];
+            const unsigned z128 = 0x4300u | ((sz >> 16) & 15u), s16 = w4_scale_bf16(sz, sbf);
+            zz[i][h] = z128 | (z128 << 16);
+            sc[i][h] = s16 | (s16 << 16);
+        }
+#pragma unroll
+    for (int hk = 0; hk < 2; ++hk) {  // elements 16t + 8hk .. + 7: word hk of each row's uint2
+        uint4 xv[TT];
+#pragma unroll
+        for (int j = 0; j < TT; ++j) {
+            const int row = 8 * j + g;  // row & 7 == g
+            xv[j] = st[row * 8 + ((2 * t + hk) ^ g)];
+        }
+#pragma unroll
+        for (int s2 = 0; s2 < 2; ++s2) {  // k-step: pairs (2 s2, 2 s2 + 4) and (2 s2 + 1, 2 s2 + 5) of the group
+            unsigned b[TT][2];
+#pragma unroll
+            for (int j = 0; j < TT; ++j) {
+                const unsigned x = s2 ? xv[j].y : xv[j].x, y = s2 ? xv[j].w : xv[j].z;
+                b[j][0] = __byte_perm(x, y, 0x5410);  // elements (2 s2, 2 s2 + 4)
+                b[j][1] = __byte_perm(x, y, 0x7632);  // elements (2 s2 + 1, 2 s2 + 5)
+            }
+            const int sh = 8 * s2;
+#pragma unroll
+            for (int i = 0; i < NW; ++i) {
+                const unsigned w0 = hk ? wq[i][0].y : wq[i][0].x, w1 = hk ? wq[i][1].y : wq[i][1].x;
+                const unsigned a0 = w4_deq(w0, sh, zz[i][0], sc[i][0]), a1 = w4_deq(w1, sh, zz[i][1], sc[i][1]);
+                const unsigned a2 = w4_deq(w0, sh + 4, zz[i][0], sc[i][0]);
+                const unsigned a3 = w4_deq(w1, sh + 4, zz[i][1], sc[i][1]);
+#pragma unroll
+                for (int j = 0; j < TT; ++j) mma_bf16_16816(acc[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+            }
+        }
+    }
+}
+
+template <int TT>
+__device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q,
+                                             const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
+                                             bf16_t* __restrict__ act, int N, int K, int mode) {
+    extern __shared__ uint4 smem[];
+    constexpr int NW = W4::NW, S = W4::STAGES, STAGE = w4_stage_units<TT>();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nch = K >> 6;
+    const int per = (nch + gridDim.y - 1) / gridDim.y;
+    const int c0 = blockIdx.y * per;
+    const int c1 = min(nch, c0 + per);
+    PDL_ENTRY();
+    float acc[NW][TT][4];
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+        for (int j = 0; j < TT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (c0 + s < c1) w4_load_stage<TT>(smem + s * STAGE, X, Q, SZ, N, K, mode, c0 + s);
+        cp_async_commit();
+    }
+    for (int c = c0; c < c1; ++c) {
+        cp_async_wait<S - 2>();
+        __syncthreads();
+        const int cn = c + S - 1;
+        if (cn < c1) w4_load_stage<TT>(smem + ((cn - c0) % S) * STAGE, X, Q, SZ, N, K, mode, cn);
+        cp_async_commit();
+        w4_mma_stage<TT>(smem + ((c - c0) % S) * STAGE, acc, sbf, warp, lane);
+    }
+    cp_async_wait<0>();
+    if (c0 >= c1) return;
+    // acc[i][j][e]: W row (warp, tile i) g + 8 (e >> 1), token 8 j + 2 t + (e & 1)
+    const int g = lane >> 2, t = lane & 3;
+    if (mode == 2) {
+        constexpr int HW = NW / 2;
+        const int I = N >> 1;
+#pragma unroll
+        for (int i = 0; i < HW; ++i)
+#pragma unroll
+            for (int j = 0; j < TT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int o = blockIdx.x * (W4::NB / 2) + warp * (16 * HW) + i * 16 + g + 8 * (e >> 1);
+                    const int tok = 8 * j + 2 * t + (e & 1);
+                    const float gv = acc[i][j][e], uv = acc[i + HW][j][e];
+                    act[(size_t)tok * I + o] = f2bf(gv / (1.f + __expf(-gv)) * uv);
+                }
+        return;
+    }
+    const int n0 = blockIdx.x * W4::NB + warp * (16 * NW);
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+        for (int j = 0; j < TT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float* dst = Y + (size_t)(8 * j + 2 * t + (e & 1)) * N + n0 + i * 16 + g + 8 * (e >> 1);
+                if (mode == 0) *dst = acc[i][j][e];
+                else atomicAdd(dst, acc[i][j][e]);
+            }
+}
+
+#define GEMM_W4(TT, T)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(128, GEMM_MINB_W4)                                               \
     gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
-        gemm_body<FmtW4, MT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                  \
+        gemm_w4_body<TT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                      \
     }
 GEMM_BF16(2, 32)
 GEMM_BF16(3, 48)
-GEMM_W4(2, 32, GEMM_MINB_W4_T32)
-GEMM_W4(3, 48, GEMM_MINB_W4_T48)
+GEMM_W4(4, 32)
+GEMM_W4(5, 40)

@@ -122,14 +122,23 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
 
     with open(os.path.join(KDIR, "gemm.cu")) as f:
         defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GEMM_\w+) (\d+)", f.read())}
-    ns = _launch_py_names("GEMM_CFG", "gemm_smem_bytes")
+    ns = _launch_py_names("GEMM_CFG", "gemm_smem_bytes", "gemm_block_rows", "gemm_kernel_rows")
     cfg = ns["GEMM_CFG"]
-    for fmt, tag in (("bf16", "BF16"), ("w4", "W4")):
-        c = cfg[fmt]
-        assert (c["nt"], c["kw"], c["stages"]) == (defaults[f"GEMM_NT_{tag}"], defaults[f"GEMM_KW_{tag}"],
-                                                   defaults[f"GEMM_STAGES_{tag}"]), fmt
+    b, w = cfg["bf16"], cfg["w4"]
+    assert (b["nt"], b["kw"], b["stages"]) == (defaults["GEMM_NT_BF16"], defaults["GEMM_KW_BF16"],
+                                               defaults["GEMM_STAGES_BF16"])
+    assert (w["nw"], w["stages"]) == (defaults["GEMM_NW_W4"], defaults["GEMM_STAGES_W4"])
+    assert ns["gemm_block_rows"]("w4") == 64 * defaults["GEMM_NW_W4"]  # W4::NB
+    for fmt in ("bf16", "w4"):
         for rows in (32, 48):  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
             assert ns["gemm_smem_bytes"](fmt, rows) <= 227 * 1024
+    # the instances the launcher names exist in the source
+    with open(os.path.join(KDIR, "gemm.cu")) as f:
+        src = f.read()
+    for fmt in ("bf16", "w4"):
+        for rows in (32, 48):
+            t = ns["gemm_kernel_rows"](fmt, rows)
+            assert re.search(rf"GEMM_{'BF16' if fmt == 'bf16' else 'W4'}\(\d, {t}\)", src), (fmt, t)
 
 
 def test_gemv_launcher_plan_matches_the_kernel_defaults():

@@ -5,7 +5,8 @@
   ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
       -k regex:gemm python dev/cuda/gemm_ncu.py
 
-Launches, in order: w4 t48 gate/up (swiglu), w4 t48 down, w4 t32 gate/up, bf16 t48 gate/up, bf16 t48 down.
+Launches, in order: w4 48-row buffer (the t40 kernel) gate/up (swiglu), w4 t40 down, w4 t32 gate/up, bf16 t48
+gate/up, bf16 t48 down.
 """
 from __future__ import annotations
 

@@ -96,20 +96,33 @@ class Launcher:
 
 # --------------------------------------------------------------------------------------------- typed launchers
 # The prefill GEMM's shape per weight format, as kernels/gemm.cu compiles it (its GEMM_*_BF16 / GEMM_*_W4 defaults):
-# nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt rows), kw warp groups of 4 along K (each on its
-# own 64-wide chunk of a stage), stages cp.async stages.
-GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "w4": {"nt": 4, "kw": 2, "stages": 4}}
+# bf16: nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt rows), kw warp groups of 4 along K (each on
+# its own 64-wide chunk of a stage); 4-bit: nw m16 tiles of W rows a warp (a block: 4 warps, 64 * nw rows); stages
+# cp.async stages of one 64-wide chunk (times kw).
+GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "w4": {"nw": 2, "stages": 4}}
 GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
+
+
+def gemm_kernel_rows(fmt: str, rows: int) -> int:
+    """Rows the kernel multiplies for a buffer of ``rows``: the 4-bit body takes the 48-row buffer of a parallel
+    pass as its 40 real rows (32 vision tokens + 8 action queries; the 8 zero rows are not multiplied)."""
+    return 40 if fmt == "w4" and rows == 48 else rows
+
+
+def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:
+    """W rows a block owns."""
+    c = cfg or GEMM_CFG[fmt]
+    return 32 * c["nt"] if fmt == "bf16" else 64 * c["nw"]
 
 
 def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None) -> int:
     """Dynamic shared memory of one prefill-GEMM block: stages x kw x (X tile + W tile (+ scale|zero tile)) of one
     64-wide chunk."""
     c = cfg or GEMM_CFG[fmt]
-    nb = 32 * c["nt"]
-    x_units = rows * 8  # rows x 64 bf16
+    nb = gemm_block_rows(fmt, c)
+    x_units = gemm_kernel_rows(fmt, rows) * 8  # rows x 64 bf16
     w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
-    return c["stages"] * c["kw"] * 16 * (x_units + w_units)
+    return c["stages"] * c.get("kw", 1) * 16 * (x_units + w_units)
 
 
 def _set_max_dynamic_smem(fn, nbytes: int) -> None:
@@ -129,7 +142,7 @@ def _set_max_dynamic_smem(fn, nbytes: int) -> None:
 
 class Gemm:
     """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format ("bf16" | "w4") and row count
-    (32 | 48), used by the backend and the tests alike.
+    (32 | 48: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the tests alike.
 
     ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
@@ -142,11 +155,11 @@ class Gemm:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
         self.k, self.fmt, self.rows = kernels, fmt, rows
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
-        self.nb = 32 * c["nt"]  # W rows a block
-        self.name = f"gemm_{fmt}_t{rows}"
+        self.nb = gemm_block_rows(fmt, c)  # W rows a block
+        self.name = f"gemm_{fmt}_t{gemm_kernel_rows(fmt, rows)}"
         self.smem = gemm_smem_bytes(fmt, rows, c)
-        self.threads = 128 * c["kw"]
-        self.kstage = 64 * c["kw"]  # k per pipeline stage
+        self.threads = 128 * c.get("kw", 1)
+        self.kstage = 64 * c.get("kw", 1)  # k per pipeline stage
         _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default
 
     def blocks(self, N: int, mode: str) -> int:

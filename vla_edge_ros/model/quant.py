@@ -65,6 +65,15 @@ class QuantTensor:
         w = (q - self.zeros.astype(np.float32)[:, :, None]) * self.scales[:, :, None]
         return w.reshape(out, n_in)
 
+    def dequantize_bf16(self) -> np.ndarray:
+        """float32 [out, in] holding the weights as the 4-bit prefill GEMM (kernels/gemm.cu) multiplies them on the
+        tensor cores: (q - z) times the scale rounded to bf16, the product rounded once to bf16."""
+        out, n_in = self.shape
+        q = self.q().astype(np.float32).reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
+        s = bf16_to_f32(f32_to_bf16(self.scales.astype(np.float32)))
+        w = (q - self.zeros.astype(np.float32)[:, :, None]) * s[:, :, None]
+        return bf16_to_f32(f32_to_bf16(w.reshape(out, n_in)))
+
 
 def as_f32(x) -> np.ndarray:
     """A weight as float32: QuantTensor dequantized, bf16 bits (uint16) widened, float32 passed through."""
