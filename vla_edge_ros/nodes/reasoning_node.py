@@ -42,16 +42,12 @@ from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import Image
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from ..cache import generated_model
 from ..constants import ACTION_TOKENS
-from ..cycle import WarmupInterrupted
-from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
-from ..engine import prompt_length
+from ..diagnostics import CameraRecord, CameraStatus, Rollup, cycle_level, cycle_values
 from ..frame_buffer import FrameBuffer
-from ..image_convert import DROP_KINDS
 from ..metrics import GcPauses
 from ..realtime import normal_scheduling
-from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
+from ..runtime import TEST_FAULT_ENV, Runtime, StartupError, WarmupInterrupted
 from ..settings import REASONING_SPECS, ParamError, ReasoningSettings, validate_reasoning
 from . import bond
 from .debug_image import render_debug
@@ -174,7 +170,7 @@ class ReasoningNode(LifecycleNode):
         self.startup_error = None
         t_start = time.monotonic()
         try:
-            model_path, self.runtime = self._in_helper_thread(self._build)
+            self.runtime = self._in_helper_thread(self._build)
         except ConfigureInterrupted:
             self.get_logger().warn("configure interrupted by a shutdown request")
             return FAILURE
@@ -186,38 +182,25 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {self.startup_error}")
             return FAILURE
         rt, p = self.runtime, self.p
-        self.backend_name = rt.engine.backend_name
+        self.backend_name = rt.backend_name
         self._rollup.reset()
-        # run once now what the first cycles would run for the first time (percentiles, the debug drawing)
-        rt.cycle.stats.summary()
+        # run once now what the first cycles would run for the first time (the debug drawing)
         render_debug(np.zeros((8, 16, 3), np.uint8), [], np.zeros(ACTION_TOKENS, np.float32), p.action_low,
                      p.action_high, "warm", p.action_labels)
         self.lifecycle_state = "inactive"
-        self.get_logger().info(
-            f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path} "
-            f"({rt.engine.weight_format} weights, {rt.engine.action_decoding} action decoding), period {p.period_ms} "
-            f"ms, margin {p.safety_margin_ms} ms, policy {p.policy}, capacity {p.kv_capacity_tokens} tokens, "
-            f"fallback {p.fallback}; chunk estimate {rt.admission.estimate_ms():.2f} ms "
-            f"({len(rt.warmup_timings)} warm-up chunks)")
+        self.get_logger().info(f"configured in {time.monotonic() - t_start:.1f} s: {rt.describe()}")
         if rt.deadline_warning:
             self.get_logger().warn(rt.deadline_warning)
         self.instructions.configured()
         return SUCCESS
 
-    def _build(self):
-        """The heavy part of configure (helper thread): every start-up check of the parameters (they may have been
-        changed while unconfigured), the model, the capacity check, the runtime (engine, warm-up)."""
-        values = validate_reasoning(self.p.as_dict())
-        model_path = values["model_path"]
-        if not model_path:  # validate_reasoning guarantees make_tiny_model here
-            model_path = generated_model("tiny", 0)
-            self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
-        # capacity check before any allocation: it needs the prompt length, which the model dir fixes
-        validate_reasoning(dict(values, model_path=model_path), prompt_tokens=prompt_length(model_path))
-        runtime = Runtime.build(model_path, self.p, self.fb, engine_factory=self._engine_factory,
-                                should_stop=self.abort.is_set, fault_file=os.environ.get(TEST_FAULT_ENV) or None,
-                                warn=self.get_logger().warn)
-        return model_path, runtime
+    def _build(self) -> Runtime:
+        """The heavy part of configure (helper thread): Runtime.build checks the parameters again (they may have been
+        changed while unconfigured), resolves the model, checks the capacity, builds the engine and warms it up."""
+        if not self.p.model_path and self.p.make_tiny_model:
+            self.get_logger().info("make_tiny_model: using the generated tiny model")
+        return Runtime.build(None, self.p, self.fb, engine_factory=self._engine_factory, should_stop=self.abort.is_set,
+                             fault_file=os.environ.get(TEST_FAULT_ENV) or None, warn=self.get_logger().warn)
 
     def _in_helper_thread(self, fn):
         """Run fn() on a helper thread at normal scheduling and wait for it, giving up (ConfigureInterrupted)
@@ -245,8 +228,7 @@ class ReasoningNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
-        self.runtime.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
-        self.runtime.limiter.reset()  # the first command ramps from rest, one period's step
+        self.runtime.resume()  # the time inactive is neither missed ticks nor an action gap; commands ramp from rest
         try:
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
             if self.camera is not None:
@@ -456,17 +438,26 @@ class ReasoningNode(LifecycleNode):
 
     def diagnostics_values(self) -> tuple[dict, dict]:
         """(reasoning key-values, camera key-values) of the 1 Hz roll-up."""
+        return self._diagnostics_records()[0], self._camera_record().values()
+
+    def _diagnostics_records(self):
+        """(reasoning key-values, the LoopRecord or None while unconfigured)."""
         r = {"lifecycle_state": self.lifecycle_state}
+        rec = None
         if self.runtime is None:  # unconfigured: no engine, no cycle
             r.update(policy=self.p.policy, backend=self.backend_name, period_ms=self.p.period_ms)
         else:
-            r.update(self.runtime.values())
+            rec = self.runtime.record()
+            r.update(rec.values())
             r.update(self.gc_pauses.summary())
         r["stamps_replaced"] = self.stamps_replaced
         r["use_sim_time"] = self._sim_time_active()
         r["action_topic"], r["action_publishers"], r["pid"] = self.pub_action.topic_name, self._action_publishers, \
             os.getpid()
-        return r, self._camera_values()
+        return r, rec
+
+    def _camera_record(self) -> CameraRecord:
+        return CameraRecord.of(self.fb, self.camera.stats() if self.camera is not None else None, self._frame_age_last)
 
     def _check_action_publishers(self) -> str | None:
         """One publisher per action topic: a graph query (1 Hz, from the diagnostics timer). Returns the ERROR line
@@ -510,39 +501,20 @@ class ReasoningNode(LifecycleNode):
                        "(play the bag with --clock, or set use_sim_time false)")
         return out
 
-    def _camera_values(self) -> dict:
-        c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
-                   "frames_published": self.fb.published, "frames_dropped": self.fb.dropped}
-        if self.camera is None:
-            c.update(camera_rate_hz="n/a", frames_invalid="n/a")
-            return c
-        cs = self.camera.stats()
-        c.update(camera_rate_hz=cs["rate_hz"], frames_received=cs["received"], frames_valid=cs["valid"],
-                 frames_invalid=cs["invalid"], transport=cs["transport"], topic=cs["topic"])
-        for kind in DROP_KINDS:
-            c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
-        c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
-        for key in ("source_rate_hz", "topic_publishers", "publishers_matched", "qos_reliability"):
-            if key in cs:  # the publisher's rate (its frames' stamps) and whether its QoS matched ours
-                c[key] = cs[key]
-        for key in ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
-                    "restarts_no_frames"):
-            if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
-                c[f"camera_{key}"] = cs[key]
-        return c
-
     def _on_diagnostics(self) -> None:
         try:
             duplicate = self._check_action_publishers()
-            r, c = self.diagnostics_values()
-            if "cycles" not in r or self.lifecycle_state != "active":
+            r, rec = self._diagnostics_records()
+            if rec is None or self.lifecycle_state != "active":
                 lvl, msg = "WARN", (f"{self.lifecycle_state}: no control output (lifecycle transitions: configure, "
                                     "activate)")
             else:
-                lvl, msg = self._rollup.level(r, "; ".join(self.status_warnings()) or None)
+                lvl, msg = self._rollup.level(rec, "; ".join(self.status_warnings()) or None)
             if duplicate:  # whatever else is going on: two nodes command one base
                 lvl, msg = "ERROR", duplicate + "; " + msg
-            clvl, cmsg = self._camera_status.level(c)
+            cam = self._camera_record()
+            clvl, cmsg = self._camera_status.level(cam)
+            c = cam.values()
         except Exception as e:  # noqa: BLE001
             self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
             return
