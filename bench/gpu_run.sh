@@ -2,18 +2,24 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 # One device call, parameterised (replaces the dated per-call scripts gpu_call2/gpu_call4/gpu_final.sh of
-# 2026-11-30, whose numbers are in BENCHMARKS.md). Steps run in the order given:
+# 2026-11-30 and gpu_round3.sh of 2026-12-01, whose numbers are in BENCHMARKS.md; round 3 is
+# STEPS="tests models bench sms base t15b" KINDS="awq-parallel bf16-parallel awq bf16" BREAKDOWN=1 CHUNKS=150
+# T15B_K=parallel). Steps run in the order given:
 #   STEPS="tests micro models t15b bench sms peers"  KINDS="bf16 awq bf16-parallel awq-parallel"  bash bench/gpu_run.sh
 #   PRESET=qwen2.5-0.5b | qwen2.5-1.5b (default) | qwen2.5-3b picks the shape of models / bench / sms (JSON names carry
 #   it: cb_<preset>_<kind>.json); tshape runs the slow full-depth test of that shape (0.5B, 1.5B)
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
 #   micro  prefill GEMMs alone in the variants and rows of MICRO_ARGS (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro$MICRO_TAG.json
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
-#   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16)              -> $OUT/tests_15b.xml
+#   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16); T15B_K selects (pytest -k, e.g.
+#          parallel)                                                                       -> $OUT/tests_15b.xml
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
 #                                                                                          -> $OUT/cb_<kind>.json
 #   sms    chunk_bench confined to SMS (default "8 16") SMs by a green context, kinds in SMS_KINDS
 #                                                                                          -> $OUT/cb_<kind>_sm<N>.json
+#   base   chunk_bench of another tree (BASE, default .device/base: e.g. `git archive <rev>` carried there) per kind
+#          in KINDS, the A/B against `bench` in the same call (BREAKDOWN, SMS_BASE=<N> confines it)
+#                                                                                          -> $OUT/cb_base_<kind>.json
 #   peers  torch.compile + CUDA graphs peer (.device/peers/torch_peer.py, HEAD_ROWS=256), bf16 and WEIGHTS=int4
 #                                                                                          -> $OUT/torch_peer_*.txt
 set -o pipefail
@@ -38,7 +44,8 @@ for step in ${STEPS:-tests models bench peers}; do
     say "1.5B tests"
     VLA_EDGE_15B_DIR_BF16=$M/bf16 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_BF16_PARALLEL=$M/bf16-parallel \
     VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
-      -m slow --junitxml="$OUT/tests_15b.xml" 2>&1 | grep -E "1.5B|passed|failed|Error|assert" | tail -n 12 ;;
+      -m slow ${T15B_K:+-k "$T15B_K"} --junitxml="$OUT/tests_15b.xml" 2>&1 | grep -E "1.5B|passed|failed|Error|assert" \
+      | tail -n 12 ;;
   bench)
     for k in $KINDS; do
       say "chunk_bench $k"
@@ -52,6 +59,12 @@ for step in ${STEPS:-tests models bench peers}; do
       timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks 30 --sms "$n" \
         --json "$OUT/cb_${PRESET}_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|Error|error"
     done; done ;;
+  base)
+    for k in $KINDS; do
+      say "chunk_bench $k, base tree ${BASE:-.device/base}"
+      extra=""; [ "${BREAKDOWN:-0}" = 1 ] && extra="--breakdown"; [ -n "${SMS_BASE:-}" ] && extra="$extra --sms $SMS_BASE"
+      cb base "$(pwd)/${BASE:-.device/base}" "$k" --chunks "$CHUNKS" $extra
+    done ;;
   peers)
     say "torch peer bf16, HEAD_ROWS=256"
     HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS | tee "$OUT/torch_peer_bf16.txt"

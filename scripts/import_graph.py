@@ -5,6 +5,8 @@
 
     python3 scripts/import_graph.py            # the graph as text (docs/DESIGN.md shows it), then the violations
     python3 scripts/import_graph.py --check    # only the violations; exit 1 if there is any
+    python3 scripts/import_graph.py --write-design  # put the graph into docs/DESIGN.md §2 (test/test_layers.py
+                                                    # checks that the one there is this script's)
 
 Layers (DESIGN.md §2): core = the top-level modules, model/ and cuda/ (ROS-free); nodes/ (ROS); tools/ (console
 scripts). core never imports nodes/ or tools/; nodes/ never imports tools/. Imports inside functions count too:
@@ -108,15 +110,44 @@ def draw(g) -> str:
     return "\n".join(lines)
 
 
+DESIGN = ROOT.parent / "docs" / "DESIGN.md"
+DESIGN_MARK = "<!-- import graph: written by `python3 scripts/import_graph.py --write-design` -->"
+
+
+def report(g) -> str:
+    """What the script prints: the graph, then the imports that point the wrong way."""
+    bad = violations(g)
+    return "\n".join([draw(g), f"imports that point the wrong way: {len(bad)}", *(f"  {line}" for line in bad)])
+
+
+def design_graph(text: str) -> str | None:
+    """The graph docs/DESIGN.md shows: the fenced block after DESIGN_MARK (None without the mark)."""
+    if DESIGN_MARK not in text:
+        return None
+    block = text.split(DESIGN_MARK, 1)[1].split("```", 2)
+    return block[1].strip("\n") if len(block) == 3 else None
+
+
+def write_design(g, path: Path = DESIGN) -> None:
+    text = path.read_text()
+    old = design_graph(text)
+    if old is None:
+        raise SystemExit(f"{path}: no {DESIGN_MARK} followed by a fenced block")
+    head, tail = text.split(DESIGN_MARK, 1)
+    path.write_text(head + DESIGN_MARK + tail.replace(old, report(g), 1))
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     g = graph()
     bad = violations(g)
+    if "--write-design" in argv:
+        write_design(g)
+        return 0
     if "--check" not in argv:
-        print(draw(g))
-    print(f"imports that point the wrong way: {len(bad)}")
-    for line in bad:
-        print(f"  {line}")
+        print(report(g))
+    else:
+        print("\n".join(report(g).splitlines()[-1 - len(bad):]))
     return 1 if bad and "--check" in argv else 0
 
 

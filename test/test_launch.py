@@ -171,7 +171,10 @@ def test_monitoring_configs_match_what_the_node_publishes():
     config/vla_edge.rviz shows the debug image with a QoS that matches its publisher (best effort)."""
     agg = yaml.safe_load((ROOT / "config" / "diagnostics_analyzers.yaml").read_text())
     params = agg["analyzers"]["ros__parameters"]
-    node_src = (ROOT / "vla_edge_ros" / "nodes" / "reasoning_node.py").read_text()
+    nodes = ROOT / "vla_edge_ros" / "nodes"
+    # the node and its outputs (the /diagnostics roll-up, the ~/cycle status, the debug image)
+    node_src = "\n".join((nodes / f).read_text() for f in ("reasoning_node.py", "diagnostics_output.py",
+                                                           "debug_image.py"))
     # status names are the node's full name without the leading slash (the namespace keeps robots apart)
     assert 'self.status_prefix = self.get_fully_qualified_name().lstrip("/")' in node_src
     for key, prefix in (("vla_edge", "vla_edge"), ("robot1_vla_edge", "robot1/vla_edge")):
@@ -179,7 +182,7 @@ def test_monitoring_configs_match_what_the_node_publishes():
         assert analyzer["type"] == "diagnostic_aggregator/GenericAnalyzer"
         for name in analyzer["expected"]:
             node, what = name.split(": ")
-            assert node == prefix and f'name=f"{{self.status_prefix}}: {what}"' in node_src, name
+            assert node == prefix and re.search(r'name=f"\{(self|n)\.status_prefix\}: ' + what + '"', node_src), name
             assert any(name.startswith(p) for p in analyzer["startswith"])
     rviz = yaml.safe_load((ROOT / "config" / "vla_edge.rviz").read_text())
     (image,) = [d for d in rviz["Visualization Manager"]["Displays"] if d["Class"] == "rviz_default_plugins/Image"]

@@ -28,6 +28,15 @@ def test_no_import_points_the_wrong_way():
     assert ig.violations(g) == []
 
 
+def test_design_shows_the_graph_the_script_draws():
+    """docs/DESIGN.md §2 shows the import graph as the script draws it now (python3 scripts/import_graph.py
+    --write-design puts it there)."""
+    ig = _import_graph()
+    shown = ig.design_graph((ROOT / "docs" / "DESIGN.md").read_text())
+    assert shown is not None, "docs/DESIGN.md lost the import-graph mark"
+    assert shown == ig.report(ig.graph()), "docs/DESIGN.md §2: run python3 scripts/import_graph.py --write-design"
+
+
 def test_the_walk_sees_an_import_inside_a_function(tmp_path):
     """The checker itself: a core module that imports tools/ inside a function is a violation."""
     ig = _import_graph()

@@ -179,7 +179,7 @@ def test_settle_after_warmup_takes_what_exists_out_of_later_collections():
     only what the run created; release_after_run makes them collectable again (an engine in a cycle)."""
     import gc
 
-    from vla_edge_ros.cycle import release_after_run, settle_after_warmup
+    from vla_edge_ros.runtime import release_after_run, settle_after_warmup
 
     class Engineish:
         pass

@@ -242,7 +242,8 @@ def test_directory_with_only_a_pickle_checkpoint_is_refused(tiny, tmp_path):
     assert "pytorch_model.bin" in str(e.value) and "pickle" in str(e.value)
     assert not marker.exists()
     # and the node's start-up check refuses the directory before loading anything
-    assert P.check_model_dir(str(d)) and "no model.safetensors" in P.check_model_dir(str(d))[0]
+    with pytest.raises(P.ParamError, match="no model.safetensors"):
+        P.validate_reasoning({"model_path": str(d)})
 
 
 def test_hostile_config_is_parsed_as_data_only(tiny, tmp_path):
@@ -482,7 +483,7 @@ def test_guard_zeroes_a_fallback_times_a_non_finite_scale():
 # --- a configuration that can never meet the deadline says so (issue 13.8) ----------------------------
 
 def test_deadline_warning_names_the_parameters_that_would_fix_it():
-    from vla_edge_ros.cycle import deadline_warning
+    from vla_edge_ros.runtime import deadline_warning
 
     assert deadline_warning(20.0, 33.0, 2.0, 4096, "numpy") is None
     assert deadline_warning(31.0, 33.0, 2.0, 4096, "numpy") is None  # exactly the budget fits

@@ -433,12 +433,14 @@ def test_no_qos_compatible_publisher_is_a_warning(domain, tmp_path, procs, micro
 
 def test_the_camera_status_warns_about_lost_frames_and_incompatible_qos():
     """ROS-free: the roll-up's camera level from the camera's values (what the two tests above see over DDS)."""
-    from vla_edge_ros.diagnostics import CameraStatus
+    import dataclasses
 
-    base = {"camera_rate_hz": 24.0, "source_rate_hz": 25.0, "topic_publishers": 1, "publishers_matched": 1,
-            "qos_reliability": "reliable", "topic": "/camera/image_raw"}
+    from vla_edge_ros.diagnostics import CameraRecord, CameraStatus
+
+    base = CameraRecord(rate_hz=24.0, source_rate_hz=25.0, topic_publishers=1, publishers_matched=1,
+                        qos_reliability="reliable", topic="/camera/image_raw")
     assert CameraStatus().level(base)[0] == "OK"
-    lvl, msg = CameraStatus().level(dict(base, camera_rate_hz=7.7, qos_reliability="best_effort"))
+    lvl, msg = CameraStatus().level(dataclasses.replace(base, rate_hz=7.7, qos_reliability="best_effort"))
     assert lvl == "WARN" and "delivers 7.7 of the publisher's 25.0 Hz" in msg
-    lvl, msg = CameraStatus().level(dict(base, camera_rate_hz=0.0, source_rate_hz=0.0, publishers_matched=0))
+    lvl, msg = CameraStatus().level(dataclasses.replace(base, rate_hz=0.0, source_rate_hz=0.0, publishers_matched=0))
     assert lvl == "WARN" and "none QoS-compatible" in msg

@@ -1,9 +1,10 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""The reasoning cycle of DESIGN.md §4 as a plain, ROS-free class.
+"""One tick of the reasoning cycle of DESIGN.md §4, as a plain, ROS-free class.
 
-The ReasoningNode and `vla-edge-bench` run this very same logic: the node publishes ROS messages,
-the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
+`runtime.Runtime.step` wraps each tick with the last guard (`finalize`), the command limits, the caller's publish
+and `record_published`; the ReasoningNode and `vla-edge-bench` both call that step, so they run one loop. Start-up
+(warm-up, the collector settling) is the runtime's too. One `tick(t0)` is one control cycle:
 
 1. where `t0` sits on the tick grid: its scheduled time (given by the caller's timer, else inferred from
    the grid of the first tick), its jitter, and the grid slots since the previous tick that never ran
@@ -28,8 +29,8 @@ the bench only timestamps the "publish". One `tick(t0)` is one control cycle:
    overflowed (NaN/inf logits) -> fallback `non_finite`; the engine raised -> fallback `engine_error`;
 5. EMAs updated from the chunk's measured per-phase timings.
 
-The caller publishes `outcome.action` (after `finalize`, the last guard) and then calls
-`record_published(outcome, t_publish)`, which feeds CycleStats (cycle latency from the scheduled tick,
+`Runtime.step` publishes `outcome.action` (after `finalize`, the last guard, and the command limits) and then
+calls `record_published(outcome, t_publish)`, which feeds CycleStats (cycle latency from the scheduled tick,
 deadline-miss flag, chunk time, jitter, frame age, the gap since the previous published action).
 
 Deadlines count from the scheduled tick when the caller passes it (the node reads it from its timer,
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -52,7 +52,7 @@ import numpy as np
 
 from .admission import AdmissionController, PhaseTimings, check_budget
 from .contract import NonFiniteOutput
-from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
+from .constants import ACTION_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
 from .frame_buffer import FrameBuffer
 from .metrics import CycleStats
 
@@ -74,64 +74,6 @@ def twist_components(action: np.ndarray, twist_map, twist_scale) -> list[float]:
     """The six twist components: action[twist_map[j]] * twist_scale[j] (index -1 or out of range: 0.0)."""
     n = len(action)
     return [float(action[i]) * float(k) if 0 <= int(i) < n else 0.0 for i, k in zip(twist_map, twist_scale)]
-
-
-class WarmupInterrupted(RuntimeError):
-    """`warm_up` stopped between chunks because the caller asked it to (a shutdown request)."""
-
-
-def warm_up(engine, chunks: int, should_stop=lambda: False, seed: int = 0) -> list:
-    """Run `chunks` dry chunks and return their PhaseTimings; then the engine forgets those frames.
-
-    Chunk by chunk, so a shutdown request (`should_stop()` true) is seen between chunks instead of after
-    all of them (WarmupInterrupted). The last chunk goes through `engine.submit`, i.e. the worker thread
-    that runs the live chunks, so that thread's first chunk (thread-local CUDA state, first-call
-    allocations) is not the first chunk of a control cycle. `engine` implements contract.EngineProtocol."""
-    if chunks <= 0:
-        return []
-    rng = np.random.default_rng(seed)
-    timings = []
-    for i in range(chunks):
-        if should_stop():
-            raise WarmupInterrupted(f"interrupted after {i} of {chunks} warm-up chunks")
-        frame = rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
-        res = engine.submit(frame).result() if i == chunks - 1 else engine.run_chunk(frame)
-        timings.append(res.timings)
-    engine.warmup(0)  # no dry chunk: only the reset, so the live stream starts with an empty history
-    return timings
-
-
-def settle_after_warmup() -> None:
-    """Call once after warm-up, before the first control cycle: one full garbage collection now, then
-    everything alive is moved out of the collector's generations (gc.freeze). Loading a model and warming
-    up allocate many long-lived objects; without this the first full (generation-2) collection over them
-    is triggered by ordinary allocations some cycles later, inside a cycle's budget. Later collections
-    only scan objects created after this point. Pair it with `release_after_run` when the engine goes."""
-    gc.collect()
-    gc.freeze()
-
-
-def release_after_run() -> None:
-    """Undo `settle_after_warmup` once the engine is dropped: frozen objects are never collected, so a
-    reference cycle holding the old engine (and its device memory) would otherwise outlive it."""
-    gc.unfreeze()
-    gc.collect()
-
-
-def deadline_warning(estimate_ms: float, period_ms: float, safety_margin_ms: float, kv_capacity_tokens: int,
-                     backend: str) -> str | None:
-    """None when the admission estimate fits the cycle's budget, else one line that says so and names the
-    parameters that would fix it: such a configuration refuses (nearly) every cycle."""
-    budget = period_ms - safety_margin_ms
-    if not (estimate_ms > budget):
-        return None
-    fixes = [f"lower kv_capacity_tokens (now {kv_capacity_tokens}; attention cost grows with it)",
-             f"raise period_ms above {estimate_ms + safety_margin_ms:.1f}"]
-    if backend != "cuda":
-        fixes.append(f"use backend cuda on a GPU (now {backend})")
-    return (f"chunk estimate {estimate_ms:.2f} ms after warm-up exceeds the budget {budget:.2f} ms "
-            f"(period_ms {period_ms:g} - safety_margin_ms {safety_margin_ms:g}): admission will refuse the "
-            f"model; " + ", or ".join(fixes))
 
 
 @dataclass

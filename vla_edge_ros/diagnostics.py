@@ -1,18 +1,247 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""What `~/cycle` and `/diagnostics` say, ROS-free: the per-cycle key-values and level, the 1 Hz roll-up's level and
-message from what happened since the previous one, and the camera's status. The node only puts them in messages.
+"""Every value the loop and the camera report, ROS-free: the typed records, the per-cycle key-values and level, the
+1 Hz roll-up's level and message from what happened since the previous one, and the camera's status.
+
+`LoopRecord` is the loop's state (counts, rates, latency quantiles, admission, cache, VRAM, instruction), made by
+`Runtime.record`; `CameraRecord` the camera's (`CameraRecord.of`). The node puts `LoopRecord.values()` /
+`CameraRecord.values()` in /diagnostics, `Rollup` and `CameraStatus` read the fields, and `vla-edge-bench` writes
+`LoopRecord.report()` as the loop section of its report, so a reported value is named once, here.
 
 Levels are the names "OK", "WARN", "ERROR" (diagnostic_msgs/DiagnosticStatus levels).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from .cycle import ERROR_REASONS, FALLBACK_REASONS, CycleOutcome
+from .image_convert import DROP_KINDS
 from .instruction import summary
+
+QUANTILES = ("p50", "p95", "p99", "max")
+LATENCIES = ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms")
+
+
+@dataclass
+class Quantiles:
+    """Percentiles of one latency series (ms; NaN before any sample)."""
+
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, stats) -> "Quantiles":
+        """From a metrics.LatencyStats."""
+        p = stats.percentiles()
+        return cls(*(p[q] for q in QUANTILES))
+
+    def as_dict(self) -> dict:
+        return {q: getattr(self, q) for q in QUANTILES}
+
+
+@dataclass
+class LoopRecord:
+    """The loop's reported values at one moment (`Runtime.record`)."""
+
+    cycles: int
+    model_actions: int
+    fresh_actions: int
+    repeats: int  # repeats of a model action (a "repeat" before any model action is a fallback)
+    fallbacks: dict  # reason -> count, every cycle.FALLBACK_REASONS
+    deadline_misses: int  # published late + ticks that never ran
+    deadline_miss_rate: float
+    missed_ticks: int
+    late_publishes: int
+    overrun_rate: float
+    fallback_rate: float
+    late_results: int  # late chunks harvested, their action discarded
+    probes: int
+    bad_timings: int
+    non_finite_blocked: int
+    engine_errors: int
+    holds_expired: int
+    wake_slack_ms: float
+    clamped_velocity: int  # twist components the command limits clamped
+    clamped_acceleration: int
+    limits_restarted_from_zero: int
+    cycle_ms: Quantiles
+    chunk_ms: Quantiles
+    timer_jitter_ms: Quantiles
+    frame_age_ms: Quantiles
+    action_gap_ms: Quantiles
+    ema: dict  # admission.AdmissionController.snapshot()
+    admission_decisions: dict  # decide() reasons -> count
+    kv_capacity_tokens: int
+    cache_tokens: int
+    retained_frames: int
+    frame_capacity: object  # int, "n/a" when the engine did not say
+    evictions: int
+    prompt_tokens: object
+    policy: str
+    backend: str
+    weights: str
+    action_decoding: str
+    peak_vram_bytes: int | None
+    vram_ceiling_gb: float
+    period_ms: float
+    admission_warning: str | None = None
+    instruction: dict | None = field(default=None)  # Runtime.instruction_values(), None without a tokenizer
+
+    @property
+    def overruns(self) -> int:
+        return self.fallbacks.get("overrun", 0)
+
+    @property
+    def clamped(self) -> int:
+        return self.clamped_velocity + self.clamped_acceleration
+
+    def values(self) -> dict:
+        """The reasoning key-values of /diagnostics."""
+        r: dict = {
+            "cycles": self.cycles, "model_actions": self.model_actions,
+            "deadline_miss_rate": self.deadline_miss_rate, "deadline_misses": self.deadline_misses,
+            "missed_ticks": self.missed_ticks, "late_publishes": self.late_publishes,
+            "overruns": self.overruns, "overrun_rate": self.overrun_rate,
+            "fallback_rate": self.fallback_rate, "late_results_discarded": self.late_results,
+            "probes": self.probes, "bad_timings": self.bad_timings, "non_finite_blocked": self.non_finite_blocked,
+            "wake_slack_ms": self.wake_slack_ms, "engine_errors": self.engine_errors,
+            "clamped_velocity": self.clamped_velocity, "clamped_acceleration": self.clamped_acceleration,
+            "limits_restarted_from_zero": self.limits_restarted_from_zero, "holds_expired": self.holds_expired,
+        }
+        n = max(1, self.cycles)
+        for reason in FALLBACK_REASONS:
+            r[f"fallback_{reason}"] = self.fallbacks.get(reason, 0)
+            r[f"fallback_rate_{reason}"] = r[f"fallback_{reason}"] / n
+        r["repeats"] = self.repeats
+        for name in LATENCIES:
+            r.update({f"{name}_{q}": v for q, v in getattr(self, name).as_dict().items()})
+        r.update({f"ema_{k}": v for k, v in self.ema.items()})
+        r.update({f"admission_{k}": v for k, v in self.admission_decisions.items()})
+        cap = self.kv_capacity_tokens
+        r.update(kv_capacity_tokens=cap, cache_tokens=self.cache_tokens,
+                 cache_fill=self.cache_tokens / cap if cap else 0.0, retained_frames=self.retained_frames,
+                 frame_capacity=self.frame_capacity, evictions=self.evictions, prompt_tokens=self.prompt_tokens,
+                 policy=self.policy, backend=self.backend, weights=self.weights, action_decoding=self.action_decoding)
+        r["vram_peak_mb"] = self.peak_vram_bytes / 2**20 if self.peak_vram_bytes is not None else "n/a"
+        r["vram_ceiling_gb"] = self.vram_ceiling_gb
+        r["period_ms"] = self.period_ms
+        if self.admission_warning:
+            r["admission_warning"] = self.admission_warning
+        if self.instruction is not None:
+            r.update(self.instruction)
+        return r
+
+    def report(self) -> dict:
+        """The loop section of a vla-edge-bench run (report.json): counts, rates, quantiles, limits, admission."""
+        skip = {"ema", "admission_decisions", "wake_slack_ms", "instruction", *LATENCIES}
+        r = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        r["fallbacks"] = {reason: self.fallbacks.get(reason, 0) for reason in FALLBACK_REASONS}
+        r.update({name: getattr(self, name).as_dict() for name in LATENCIES})
+        r["admission"], r["admission_decisions"] = dict(self.ema), dict(self.admission_decisions)
+        r["wake_slack_ms_end"] = self.wake_slack_ms
+        r["instruction"] = self.instruction
+        return r
+
+
+def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend: str, peak_vram_bytes,
+                admission_warning: str | None, instruction: dict | None) -> LoopRecord:
+    """The record of a running loop from its parts (Runtime.record passes its own)."""
+    st, s = cycle.stats, cycle.stats.summary()
+    es = engine_stats
+    return LoopRecord(
+        cycles=s["cycles"], model_actions=s["model_actions"], fresh_actions=s["reasons"].get("fresh", 0),
+        repeats=s["repeats"], fallbacks={r: s["fallbacks"].get(r, 0) for r in FALLBACK_REASONS},
+        deadline_misses=s["deadline_misses"], deadline_miss_rate=s["deadline_miss_rate"],
+        missed_ticks=s["missed_ticks"], late_publishes=s["late_publishes"], overrun_rate=s["overrun_rate"],
+        fallback_rate=s["fallback_rate"], late_results=cycle.late_results, probes=cycle.probes,
+        bad_timings=cycle.bad_timings, non_finite_blocked=cycle.non_finite, engine_errors=cycle.engine_errors,
+        holds_expired=cycle.holds_expired, wake_slack_ms=cycle.wake_slack_s * 1000.0,
+        clamped_velocity=limiter.clamped_velocity, clamped_acceleration=limiter.clamped_acceleration,
+        limits_restarted_from_zero=limiter.restarts_from_zero,
+        **{name: Quantiles.of(getattr(st, name)) for name in LATENCIES},
+        ema=admission.snapshot(), admission_decisions=admission.decisions(),
+        kv_capacity_tokens=int(es.get("capacity", settings.kv_capacity_tokens)),
+        cache_tokens=int(es.get("used_tokens", 0)), retained_frames=es.get("frames_retained", 0),
+        frame_capacity=es.get("frame_capacity", "n/a"), evictions=es.get("evictions_total", 0),
+        prompt_tokens=es.get("prompt_tokens", "n/a"), policy=settings.policy, backend=backend,
+        weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"),
+        peak_vram_bytes=peak_vram_bytes, vram_ceiling_gb=settings.vram_ceiling_gb, period_ms=settings.period_ms,
+        admission_warning=admission_warning, instruction=instruction)
+
+
+CAMERA_PROCESS_KEYS = ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
+                       "restarts_no_frames")
+CAMERA_LINK_KEYS = ("source_rate_hz", "topic_publishers", "publishers_matched", "qos_reliability")
+
+
+@dataclass
+class CameraRecord:
+    """The camera's reported values: the frame buffer's counts, and the camera's own (`camera.stats()`) when the
+    node has one; the link fields (publisher rate, QoS match) and the process fields only where the camera says."""
+
+    frame_age_ms: float | None = None  # at the latest cycle
+    frames_published: int = 0
+    frames_dropped: int = 0
+    rate_hz: float | None = None  # None: no camera attached
+    received: int | None = None
+    valid: int | None = None
+    invalid: int | None = None
+    invalid_by_kind: dict = field(default_factory=dict)
+    transport: str | None = None
+    topic: str | None = None
+    max_image_bytes: int | None = None
+    max_image_pixels: int | None = None
+    source_rate_hz: float | None = None
+    topic_publishers: int | None = None
+    publishers_matched: int | None = None
+    qos_reliability: str | None = None
+    process_pid: int | None = None
+    process_state: str | None = None  # the camera in its own process: running, starting, exited...
+    process_restarts: int | None = None
+    process_last_exit: str | None = None
+    process_error: str | None = None
+    restarts_no_frames: int | None = None
+
+    @classmethod
+    def of(cls, frame_buffer, camera_stats: dict | None, frame_age_ms: float | None) -> "CameraRecord":
+        """From the frame buffer, the camera's stats dict (None: no camera) and the latest cycle's frame age."""
+        rec = cls(frame_age_ms=frame_age_ms, frames_published=frame_buffer.published,
+                  frames_dropped=frame_buffer.dropped)
+        if camera_stats is None:
+            return rec
+        cs = camera_stats
+        rec.rate_hz, rec.received, rec.valid, rec.invalid = cs["rate_hz"], cs["received"], cs["valid"], cs["invalid"]
+        rec.transport, rec.topic = cs["transport"], cs["topic"]
+        rec.invalid_by_kind = {k: cs["invalid_by_kind"].get(k, 0) for k in DROP_KINDS}
+        rec.max_image_bytes, rec.max_image_pixels = cs["max_image_bytes"], cs["max_image_pixels"]
+        for key in CAMERA_LINK_KEYS + CAMERA_PROCESS_KEYS:
+            if key in cs:
+                setattr(rec, key, cs[key])
+        return rec
+
+    @property
+    def too_large(self) -> int:
+        return int(self.invalid_by_kind.get("too_large", 0))
+
+    def values(self) -> dict:
+        """The camera key-values of /diagnostics."""
+        c: dict = {"frame_age_ms": self.frame_age_ms if self.frame_age_ms is not None else "n/a",
+                   "frames_published": self.frames_published, "frames_dropped": self.frames_dropped}
+        if self.rate_hz is None:
+            c.update(camera_rate_hz="n/a", frames_invalid="n/a")
+            return c
+        c.update(camera_rate_hz=self.rate_hz, frames_received=self.received, frames_valid=self.valid,
+                 frames_invalid=self.invalid, transport=self.transport, topic=self.topic)
+        c.update({f"invalid_{k}": v for k, v in self.invalid_by_kind.items()})
+        c["max_image_bytes"], c["max_image_pixels"] = self.max_image_bytes, self.max_image_pixels
+        c.update({k: getattr(self, k) for k in CAMERA_LINK_KEYS if getattr(self, k) is not None})
+        c.update({f"camera_{k}": getattr(self, k) for k in CAMERA_PROCESS_KEYS if getattr(self, k) is not None})
+        return c
 
 
 def cycle_level(out: CycleOutcome) -> str:
@@ -77,15 +306,14 @@ class Rollup:
     def reset(self) -> None:
         self._prev = {}
 
-    def level(self, r: dict, warning: str | None) -> tuple[str, str]:
-        counts = {"cycles": r["cycles"], "overruns": r["overruns"], "engine_errors": r["engine_errors"],
-                  "non_finite": r["non_finite_blocked"], "misses": r["deadline_misses"], "missed": r["missed_ticks"],
-                  "fallbacks": sum(r[f"fallback_{x}"] for x in FALLBACK_REASONS),
-                  "clamped": r.get("clamped_velocity", 0) + r.get("clamped_acceleration", 0)}
+    def level(self, r: LoopRecord, warning: str | None) -> tuple[str, str]:
+        counts = {"cycles": r.cycles, "overruns": r.overruns, "engine_errors": r.engine_errors,
+                  "non_finite": r.non_finite_blocked, "misses": r.deadline_misses, "missed": r.missed_ticks,
+                  "fallbacks": sum(r.fallbacks.values()), "clamped": r.clamped}
         d = {k: v - self._prev.get(k, 0) for k, v in counts.items()}
         self._prev = counts
         if d["overruns"] or d["engine_errors"] or d["non_finite"] or d["misses"]:
-            gap = r["action_gap_ms_max"]
+            gap = r.action_gap_ms.max
             lvl, msg = "ERROR", (f"{d['misses']} deadline misses ({d['missed']} ticks never ran), {d['overruns']} "
                                  f"overruns, {d['engine_errors']} engine errors, {d['non_finite']} non-finite actions "
                                  f"blocked in the last period; longest gap between actions "
@@ -110,33 +338,31 @@ class CameraStatus:
     def __init__(self):
         self._prev_too_large = 0
 
-    def level(self, c: dict) -> tuple[str, str]:
-        rate = c.get("camera_rate_hz")
+    def level(self, c: CameraRecord) -> tuple[str, str]:
+        rate = c.rate_hz
         lvl = "OK" if isinstance(rate, float) and rate > 0 else "WARN"
         msg = f"{rate:.1f} Hz" if isinstance(rate, float) else "no camera stats"
-        state = c.get("camera_process_state", "running")
+        state = c.process_state or "running"
         if state != "running":
             lvl = "ERROR" if state != "starting" else "WARN"
-            last_exit = c.get("camera_process_last_exit")
-            error = c.get("camera_process_error")
-            msg = f"camera process {state}" + (f": {error}" if error else f" ({last_exit})" if last_exit else "")
-            if c.get("camera_process_restarts"):
-                msg += f", {c['camera_process_restarts']} restarts"
-        pubs, matched = c.get("topic_publishers"), c.get("publishers_matched")
-        src = c.get("source_rate_hz")
+            detail = f": {c.process_error}" if c.process_error else \
+                f" ({c.process_last_exit})" if c.process_last_exit else ""
+            msg = f"camera process {state}{detail}"
+            if c.process_restarts:
+                msg += f", {c.process_restarts} restarts"
+        pubs, matched, src = c.topic_publishers, c.publishers_matched, c.source_rate_hz
         if isinstance(pubs, int) and isinstance(matched, int) and pubs > 0 and matched == 0 and lvl != "ERROR":
             lvl = "WARN"
-            msg += (f"; {pubs} publisher{'s' if pubs != 1 else ''} on {c.get('topic') or 'the image topic'}, none "
-                    f"QoS-compatible with this {c.get('qos_reliability') or ''} subscription (qos_reliability)")
+            msg += (f"; {pubs} publisher{'s' if pubs != 1 else ''} on {c.topic or 'the image topic'}, none "
+                    f"QoS-compatible with this {c.qos_reliability or ''} subscription (qos_reliability)")
         elif isinstance(src, float) and src > 0 and isinstance(rate, float) and rate < 0.5 * src and lvl != "ERROR":
             lvl = "WARN"
             msg += (f"; the camera delivers {rate:.1f} of the publisher's {src:.1f} Hz (frames lost on the way: "
                     f"qos_reliability reliable, or a shared-memory segment large enough at both ends)")
-        too_large = c.get("invalid_too_large", 0)
-        new = too_large - self._prev_too_large if isinstance(too_large, int) else 0
-        self._prev_too_large = too_large if isinstance(too_large, int) else 0
+        new = c.too_large - self._prev_too_large
+        self._prev_too_large = c.too_large
         if new > 0:
             lvl = "WARN"
-            msg += (f"; {new} frames over max_image_bytes={c['max_image_bytes']} / "
-                    f"max_image_pixels={c['max_image_pixels']} dropped")
+            msg += (f"; {new} frames over max_image_bytes={c.max_image_bytes} / "
+                    f"max_image_pixels={c.max_image_pixels} dropped")
         return lvl, msg

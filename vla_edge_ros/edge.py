@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from .admission import budget_problem
 from .constants import (ACTION_TOKENS, ACTION_VOCAB, DEFAULT_PROMPT_TOKENS, FRAME_C, FRAME_H, FRAME_W, GROUP_SIZE,
                         PATCH_DIM, PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS)
+from .kv_cache import min_capacity
 from .model.config import ACTION_DECODING
 
 _PKG = "vla_edge_ros"
@@ -62,7 +63,7 @@ def full_cache_keys(capacity: int, prompt_tokens: int) -> int:
     blocks = frame_capacity(capacity, prompt_tokens)
     if blocks < 1:
         raise EdgeError(f"capacity {capacity} holds no frame with a {prompt_tokens}-token prompt "
-                        f"(needs at least {prompt_tokens + ACTION_TOKENS + VISION_TOKENS})")
+                        f"(needs at least {min_capacity(prompt_tokens)})")
     return int(prompt_tokens) + blocks * VISION_TOKENS + 1 + ACTION_TOKENS // 2
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
+from .kv_cache import min_capacity
 
 MAX_INSTRUCTION_CHARS = 4096  # checked before tokenizing: a 1 MB string costs a length check, nothing more
 TEMPLATES = ("auto", "chat", "raw")  # auto: the model's chat template when it has one, else raw
@@ -127,7 +128,7 @@ class PromptBuilder:
         ids = np.asarray(tok.encode(prompt), np.int32)
         if (ids >= self.limit).any() or (ids < 0).any():
             raise InstructionError("the prompt encodes to ids in the action range or the start token")
-        need = len(ids) + VISION_TOKENS + ACTION_TOKENS
+        need = min_capacity(len(ids))
         if need > self.capacity:
             raise InstructionError(f"the {len(ids)}-token prompt + one {VISION_TOKENS}-token frame + {ACTION_TOKENS} "
                                    f"action tokens need {need} KV slots, more than kv_capacity_tokens="

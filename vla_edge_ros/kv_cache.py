@@ -22,6 +22,22 @@ from .constants import ACTION_TOKENS, VISION_TOKENS
 from .contract import ChunkPlan  # noqa: F401 - re-exported: kv_cache makes the plans
 from .eviction import EvictionPolicy
 
+
+def min_capacity(prompt_tokens: int, frame_tokens: int = VISION_TOKENS, action_tokens: int = ACTION_TOKENS) -> int:
+    """The one capacity rule: the smallest cache that holds the prompt, the action slots and one frame block."""
+    return int(prompt_tokens) + int(action_tokens) + int(frame_tokens)
+
+
+def capacity_problem(capacity: int, prompt_tokens: int, label: str | None = None) -> str | None:
+    """None when `capacity` slots hold a `prompt_tokens` prompt (min_capacity), else one line; `label` names the
+    value (default ``kv_capacity_tokens=<capacity>``, a tool's option e.g. ``--capacity <capacity>``)."""
+    need = min_capacity(prompt_tokens)
+    if capacity >= need:
+        return None
+    return (f"{label or f'kv_capacity_tokens={capacity}'} is too small: the {prompt_tokens}-token prompt + one "
+            f"{VISION_TOKENS}-token frame + {ACTION_TOKENS} action tokens need {need}")
+
+
 _PROMPT = -2  # owner tags in check_invariants' slot map; frame ids are >= 0
 _ACTION = -3
 _FREE = -1
@@ -41,7 +57,7 @@ class KvCache:
                 f"need prompt_tokens >= 0, frame_tokens >= 1, action_tokens >= 0; got "
                 f"{prompt_tokens}, {frame_tokens}, {action_tokens}"
             )
-        needed = prompt_tokens + action_tokens + frame_tokens
+        needed = min_capacity(prompt_tokens, frame_tokens, action_tokens)
         if capacity_tokens < needed:
             raise ValueError(
                 f"kv capacity {capacity_tokens} tokens is too small: prompt {prompt_tokens} + "

@@ -1,27 +1,35 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""The control loop assembled: engine + admission + cycle, built one way for the node and the bench (ROS-free).
+"""The control loop assembled: start-up and the step, the one handle the node and the tools hold (ROS-free).
 
-`Runtime.build` loads the model into an Engine, warms it up, seeds the admission EMAs from the steady-state
-warm-up chunks and settles the garbage collector, so the first control cycles carry no one-time cost.
-`Runtime.step` is one control cycle for a caller that publishes: tick, the last guard (`finalize`), the command
-limits (`CommandLimiter`), the caller's publish, the bookkeeping. `Runtime.values` is the ROS-free part of the
-1 Hz roll-up.
+`Runtime.build` resolves the model (the settings' `model_path`, or the generated tiny model with
+`make_tiny_model`), checks every start-up rule of the settings (the KV capacity against the model's prompt
+included), loads the model into an Engine, warms it up (`warm_up`), seeds the admission EMAs from the
+steady-state warm-up chunks and settles the garbage collector (`settle_after_warmup`), so the first control
+cycles carry no one-time cost. `Runtime.step` is one control cycle for a caller that publishes: tick, the last
+guard (`finalize`), the command limits (`CommandLimiter`), the caller's publish, the bookkeeping; the node's timer
+and `vla-edge-bench` both call it. `Runtime.describe` says what was built, `Runtime.resume` restarts the tick
+grid and the limits after a pause, `Runtime.record` is the loop's `diagnostics.LoopRecord`.
 """
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from .admission import AdmissionController
 from .command_limits import CommandLimiter
 from .contract import NonFiniteOutput
-from .cycle import (FALLBACK_REASONS, CycleOutcome, ReasoningCycle, WarmupInterrupted, deadline_warning,
-                    probe_after_cycles, release_after_run, settle_after_warmup, warm_up)
+from .constants import FRAME_C, FRAME_H, FRAME_W
+from .cycle import CycleOutcome, ReasoningCycle, probe_after_cycles
+from .diagnostics import LoopRecord, loop_record
 from .frame_buffer import FrameBuffer
 from .instruction import InstructionError, summary
 from .metrics import VramSampler
+from .kv_cache import min_capacity
 
 TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection: chunks fail while the named file exists
 
@@ -45,6 +53,64 @@ def engine_error_message(e: BaseException, model_path: str, backend: str, capaci
     return msg
 
 
+class WarmupInterrupted(RuntimeError):
+    """`warm_up` stopped between chunks because the caller asked it to (a shutdown request)."""
+
+
+def warm_up(engine, chunks: int, should_stop=lambda: False, seed: int = 0) -> list:
+    """Run `chunks` dry chunks and return their PhaseTimings; then the engine forgets those frames.
+
+    Chunk by chunk, so a shutdown request (`should_stop()` true) is seen between chunks instead of after
+    all of them (WarmupInterrupted). The last chunk goes through `engine.submit`, i.e. the worker thread
+    that runs the live chunks, so that thread's first chunk (thread-local CUDA state, first-call
+    allocations) is not the first chunk of a control cycle. `engine` implements contract.EngineProtocol."""
+    if chunks <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    timings = []
+    for i in range(chunks):
+        if should_stop():
+            raise WarmupInterrupted(f"interrupted after {i} of {chunks} warm-up chunks")
+        frame = rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
+        res = engine.submit(frame).result() if i == chunks - 1 else engine.run_chunk(frame)
+        timings.append(res.timings)
+    engine.warmup(0)  # no dry chunk: only the reset, so the live stream starts with an empty history
+    return timings
+
+
+def settle_after_warmup() -> None:
+    """Call once after warm-up, before the first control cycle: one full garbage collection now, then
+    everything alive is moved out of the collector's generations (gc.freeze). Loading a model and warming
+    up allocate many long-lived objects; without this the first full (generation-2) collection over them
+    is triggered by ordinary allocations some cycles later, inside a cycle's budget. Later collections
+    only scan objects created after this point. Pair it with `release_after_run` when the engine goes."""
+    gc.collect()
+    gc.freeze()
+
+
+def release_after_run() -> None:
+    """Undo `settle_after_warmup` once the engine is dropped: frozen objects are never collected, so a
+    reference cycle holding the old engine (and its device memory) would otherwise outlive it."""
+    gc.unfreeze()
+    gc.collect()
+
+
+def deadline_warning(estimate_ms: float, period_ms: float, safety_margin_ms: float, kv_capacity_tokens: int,
+                     backend: str) -> str | None:
+    """None when the admission estimate fits the cycle's budget, else one line that says so and names the
+    parameters that would fix it: such a configuration refuses (nearly) every cycle."""
+    budget = period_ms - safety_margin_ms
+    if not (estimate_ms > budget):
+        return None
+    fixes = [f"lower kv_capacity_tokens (now {kv_capacity_tokens}; attention cost grows with it)",
+             f"raise period_ms above {estimate_ms + safety_margin_ms:.1f}"]
+    if backend != "cuda":
+        fixes.append(f"use backend cuda on a GPU (now {backend})")
+    return (f"chunk estimate {estimate_ms:.2f} ms after warm-up exceeds the budget {budget:.2f} ms "
+            f"(period_ms {period_ms:g} - safety_margin_ms {safety_margin_ms:g}): admission will refuse the "
+            f"model; " + ", or ".join(fixes))
+
+
 @dataclass
 class Step:
     """One published control cycle: what the cycle decided, the twist sent, when, and whether it was late."""
@@ -57,8 +123,10 @@ class Step:
 
 class Runtime:
     def __init__(self, engine, admission: AdmissionController, cycle: ReasoningCycle, settings, warmup_timings,
-                 vram_interval_s: float = 0.5):
+                 vram_interval_s: float = 0.5, model_path: str = ""):
         self.engine, self.admission, self.cycle, self.settings = engine, admission, cycle, settings
+        self.model_path = model_path
+        self.backend_name = engine.backend_name
         self.limiter = CommandLimiter(settings.velocity_limits, settings.acceleration_limits,
                                       max_step_s=settings.period_ms / 1000.0,
                                       base_timeout_s=settings.base_command_timeout_s)
@@ -71,12 +139,18 @@ class Runtime:
         self.instruction_last_refusal = getattr(engine, "instruction_error", None) or ""
 
     @classmethod
-    def build(cls, model_path: str, settings, frame_buffer: FrameBuffer, engine_factory=None,
+    def build(cls, model_path: str | None, settings, frame_buffer: FrameBuffer, engine_factory=None,
               should_stop: Callable[[], bool] = lambda: False, admission_class=AdmissionController, weights=None,
               fault_file: str | None = None, warn: Callable[[str], None] = print, stats=None, seed: int = 0,
               vram_interval_s: float = 0.5) -> "Runtime":
-        """Engine, warm-up, admission seeded from the warm-up, cycle. Raises StartupError (one line),
-        WarmupInterrupted when `should_stop()` turns true between warm-up chunks."""
+        """Model, start-up checks, engine, warm-up, admission seeded from the warm-up, cycle.
+
+        `model_path` None: the settings' `model_path`, or with `make_tiny_model` and an empty one the generated
+        tiny model. Raises settings.ParamError (one line) when a start-up rule of the settings fails (the KV capacity
+        against the model's prompt among them: checked before anything is allocated), StartupError (one line) when
+        the model or the engine cannot start, WarmupInterrupted when `should_stop()` turns true between warm-up
+        chunks."""
+        model_path = resolve_model(model_path, settings)
         s = settings
         engine = _make_engine(engine_factory, model_path, s, weights)
         try:
@@ -113,14 +187,29 @@ class Runtime:
                                    instruction_min_cycles=s.instruction_min_interval_cycles)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
-            fit = s.kv_capacity_tokens - len(getattr(engine, "prompt_ids", ())) - 40
+            fit = s.kv_capacity_tokens - min_capacity(len(getattr(engine, "prompt_ids", ())))
             if getattr(engine, "prompts", None) is not None and s.max_instruction_tokens > fit > 0:
                 warn(f"max_instruction_tokens={s.max_instruction_tokens} does not fit kv_capacity_tokens="
                      f"{s.kv_capacity_tokens}: instructions of more than about {fit} tokens will be refused")
         except BaseException:
             engine.close()
             raise
-        return cls(engine, admission, cycle, s, timings, vram_interval_s)
+        cycle.stats.summary()  # run once now what the first roll-up would run for the first time (percentiles)
+        return cls(engine, admission, cycle, s, timings, vram_interval_s, model_path)
+
+    def describe(self) -> str:
+        """One line on what was built: backend, model, weights, the loop's numbers, the chunk estimate."""
+        s, e = self.settings, self.engine
+        return (f"backend {self.backend_name}, model {self.model_path} ({e.weight_format} weights, {e.action_decoding} "
+                f"action decoding), period {s.period_ms} ms, margin {s.safety_margin_ms} ms, policy {s.policy}, "
+                f"capacity {s.kv_capacity_tokens} tokens, fallback {s.fallback}; chunk estimate "
+                f"{self.admission.estimate_ms():.2f} ms ({len(self.warmup_timings)} warm-up chunks)")
+
+    def resume(self) -> None:
+        """Before the first step after a pause (activate): the time in between is neither missed ticks nor an
+        action gap (the tick grid restarts), and the first command ramps from rest (the limits start from zero)."""
+        self.cycle.reset_schedule()
+        self.limiter.reset()
 
     # --- the cycle ---------------------------------------------------------------------------------------
 
@@ -227,50 +316,34 @@ class Runtime:
         except Exception:  # noqa: BLE001 - stats are best effort (they race with the worker)
             return {}
 
-    def values(self) -> dict:
-        """The reasoning side of the 1 Hz roll-up (`/diagnostics` keys)."""
-        s, cyc = self.cycle.stats.summary(), self.cycle
-        r: dict = {
-            "cycles": s["cycles"], "model_actions": s["model_actions"],
-            "deadline_miss_rate": s["deadline_miss_rate"], "deadline_misses": s["deadline_misses"],
-            "missed_ticks": s["missed_ticks"], "late_publishes": s["late_publishes"],
-            "overruns": s["reasons"].get("overrun", 0), "overrun_rate": s["overrun_rate"],
-            "fallback_rate": s["fallback_rate"], "late_results_discarded": cyc.late_results,
-            "probes": cyc.probes, "bad_timings": cyc.bad_timings, "non_finite_blocked": cyc.non_finite,
-            "wake_slack_ms": cyc.wake_slack_s * 1000.0, "engine_errors": cyc.engine_errors,
-            "clamped_velocity": self.limiter.clamped_velocity,
-            "clamped_acceleration": self.limiter.clamped_acceleration,
-            "limits_restarted_from_zero": self.limiter.restarts_from_zero, "holds_expired": cyc.holds_expired,
-        }
-        n = max(1, s["cycles"])
-        for reason in FALLBACK_REASONS:
-            r[f"fallback_{reason}"] = s["fallbacks"].get(reason, 0)
-            r[f"fallback_rate_{reason}"] = r[f"fallback_{reason}"] / n
-        r["repeats"] = s["repeats"]
-        for name in ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms"):
-            for q in ("p50", "p95", "p99", "max"):
-                r[f"{name}_{q}"] = s[name][q]
-        r.update({f"ema_{k}": v for k, v in self.admission.snapshot().items()})
-        r.update({f"admission_{k}": v for k, v in self.admission.decisions().items()})
+    def record(self) -> LoopRecord:
+        """The loop's reported values now (diagnostics.LoopRecord): /diagnostics, the roll-up, the bench report."""
         es = self.engine_stats()
-        cap = int(es.get("capacity", self.settings.kv_capacity_tokens))
-        used = int(es.get("used_tokens", 0))
-        r.update(kv_capacity_tokens=cap, cache_tokens=used, cache_fill=used / cap if cap else 0.0,
-                 retained_frames=es.get("frames_retained", 0), frame_capacity=es.get("frame_capacity", "n/a"),
-                 evictions=es.get("evictions_total", 0), prompt_tokens=es.get("prompt_tokens", "n/a"),
-                 policy=self.settings.policy, backend=self.engine.backend_name,
-                 weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"))
         peaks = [int(x) for x in (self.vram.peak_bytes, es.get("peak_vram_bytes")) if x is not None]
-        r["vram_peak_mb"] = max(peaks) / 2**20 if peaks else "n/a"
-        r["vram_ceiling_gb"] = self.settings.vram_ceiling_gb
-        r["period_ms"] = self.settings.period_ms
-        if self.deadline_warning:
-            r["admission_warning"] = self.deadline_warning
-        if getattr(self.engine, "prompts", None) is not None:
-            r.update(self.instruction_values())
-        return r
+        return loop_record(self.cycle, self.limiter, self.admission, es, self.settings, self.backend_name,
+                           max(peaks) if peaks else None, self.deadline_warning,
+                           self.instruction_values() if getattr(self.engine, "prompts", None) is not None else None)
+
+    def retained_frame_ids(self) -> list[int]:
+        """The frame ids the KV cache holds now, oldest first (the bench's history coverage)."""
+        return list(self.engine.cache.retained())
+
+    def instruction_log(self) -> list[dict]:
+        """One record per instruction change (ReasoningCycle.instruction_log)."""
+        return list(self.cycle.instruction_log)
+
+    def vram_memory(self) -> dict:
+        """Whole-device used memory: the first and the last sample, and one a second (seconds, bytes)."""
+        v = self.vram
+        return {"first_bytes": v.first_bytes, "last_bytes": v.last_bytes, "timeline": list(v.timeline)}
 
     # --- the end ---------------------------------------------------------------------------------------
+
+    def finish(self, timeout: float = 30.0) -> CycleOutcome | None:
+        """After the last step of a run that reads the cache afterwards (the bench): stop the VRAM sampler and let a
+        late chunk land (harvested: returns its bookkeeping outcome, None when none ran)."""
+        self.vram.stop()
+        return self.cycle.drain(timeout=timeout)
 
     def close(self) -> None:
         """Let a late chunk land (bounded), close the engine, give its memory back."""
@@ -291,6 +364,23 @@ class Runtime:
                 cupy.get_default_pinned_memory_pool().free_all_blocks()
             except Exception:  # noqa: BLE001 - best effort
                 pass
+
+
+def resolve_model(model_path: str | None, settings) -> str:
+    """The model a runtime loads, after every start-up check of `settings` (settings.validate_reasoning; ParamError,
+    one line): `model_path`, else the settings' own, else (make_tiny_model) the generated tiny model; then the KV
+    capacity against that model's prompt (settings.check_capacity), before any allocation."""
+    from .cache import generated_model
+    from .engine import prompt_length
+    from .settings import validate_reasoning
+
+    values = settings.as_dict()
+    if model_path:
+        values["model_path"] = model_path
+    values = validate_reasoning(values)
+    path = values["model_path"] or generated_model("tiny", 0)  # validate_reasoning: empty only with make_tiny_model
+    validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path))
+    return path
 
 
 def _make_engine(factory, model_path: str, s, weights):

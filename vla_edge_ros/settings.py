@@ -24,11 +24,12 @@ from typing import Any
 from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
 from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
-                        PERIOD_MS, SAFETY_MARGIN_MS, VISION_TOKENS, VRAM_CEILING_GB)
+                        PERIOD_MS, SAFETY_MARGIN_MS, VRAM_CEILING_GB)
 from .cycle import FALLBACK_MODES, HOLD_TIMEOUT_S, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
 from .instruction import MAX_INSTRUCTION_CHARS, TEMPLATES
+from .kv_cache import capacity_problem
 
 
 class ParamError(ValueError):
@@ -224,29 +225,10 @@ def check_specs(values: dict[str, Any], specs) -> list[str]:
     return problems
 
 
-def min_capacity(prompt_tokens: int) -> int:
-    """Smallest KV capacity that holds the prompt, one frame and the action tokens."""
-    return int(prompt_tokens) + VISION_TOKENS + ACTION_TOKENS
-
-
 def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
-    need = min_capacity(prompt_tokens)
-    if capacity < need:
-        return [
-            f"kv_capacity_tokens={capacity} is too small: the {prompt_tokens}-token prompt + one "
-            f"{VISION_TOKENS}-token frame + {ACTION_TOKENS} action tokens need {need}"
-        ]
-    return []
-
-
-def check_model_dir(path: str) -> list[str]:
-    """The model_path rule (model.checkpoint.check_model_path: an HF directory or a GGUF file), as a problem list."""
-    from .model.checkpoint import model_path_problem
-
-    if not path:
-        return []
-    reason = model_path_problem(path)
-    return [f"model_path={path!r}: {reason}"] if reason else []
+    """The capacity rule (kv_cache.capacity_problem) as a problem list."""
+    problem = capacity_problem(capacity, prompt_tokens)
+    return [problem] if problem else []
 
 
 def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[str, Any]:
@@ -271,7 +253,11 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[s
             "model_path is empty: set model_path:=<model dir> (vla-edge-make-model --preset tiny --out DIR "
             "writes one) or make_tiny_model:=true for a demo"
         )
-    problems += check_model_dir(v["model_path"])
+    from .model.checkpoint import model_path_problem
+
+    reason = model_path_problem(v["model_path"]) if v["model_path"] else None  # the one rule: model.checkpoint
+    if reason:
+        problems.append(f"model_path={v['model_path']!r}: {reason}")
     if problems:
         raise ParamError("; ".join(problems))
     return v

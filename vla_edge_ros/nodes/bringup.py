@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     from ..shared_block import SharedBlockError
     from .camera_process import CameraProcess
     from ..settings import ParamError, unknown_parameters_message
-    from .params import undeclared_overrides
+    from .params import declared_names, undeclared_overrides
     from .reasoning_node import ReasoningNode
 
     args = sys.argv if argv is None else argv
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         camera.no_frames_restart_s = reasoning.p.camera_restart_no_frames_s
         camera.log = node_log(reasoning.get_logger())
         # a key one node does not declare may belong to the other (-p applies to both): unknown = neither
-        known = set(report["declared"]) | set(reasoning._parameters)
+        known = set(report["declared"]) | declared_names(reasoning)
         msg = unknown_parameters_message((set(report["undeclared"]) | undeclared_overrides(reasoning)) - known,
                                          known)
         if msg:

@@ -49,7 +49,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from ..frame_buffer import FrameBuffer
 from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
 from ..settings import CAMERA_SPECS, ParamError, validate_camera
-from .params import declare_and_read, enable_runtime_updates
+from .params import declare_and_read, enable_runtime_updates, parameter_overrides
 
 RATE_WINDOW_S = 2.0
 STALL_S = 0.5  # no frame for this long: the camera rate reads 0
@@ -103,8 +103,10 @@ class CameraNode(Node):
         qos = image_qos(self.p["qos_reliability"], self.p["qos_depth"])
         topic = self.resolve_topic_name(self.topic)
         self._auto = self.p["qos_reliability"] == "auto" and \
-            f"qos_overrides.{topic}.subscription.reliability" not in (getattr(self, "_parameter_overrides", {}) or {})
+            f"qos_overrides.{topic}.subscription.reliability" not in parameter_overrides(self)
         try:
+            # rclpy 7.1 (ROS 2 Jazzy) declares the qos_overrides.* parameters only inside create_subscription, with no
+            # public way to declare (and so check) them before: its private helper does exactly that
             _declare_qos_parameters(Subscription, self, self.resolve_topic_name(self.topic), qos,
                                     QoSOverridingOptions.with_default_policies())
             qos.get_c_qos_profile()  # a profile rmw refuses (depth 0 with keep_last, ...) is refused here

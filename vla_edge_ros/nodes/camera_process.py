@@ -385,7 +385,7 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
 
     from .camera_node import CameraNode
     from ..settings import ParamError
-    from .params import undeclared_overrides
+    from .params import declared_names, undeclared_overrides
 
     stats_map = open_block(stats_path, STATS_BYTES)
     s = np.frombuffer(stats_map, np.float64, STATS_BYTES // 8)
@@ -409,7 +409,8 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
             os.nice(int(node.p["process_nice"]))
         s[MAX_IMAGE_BYTES], s[MAX_IMAGE_PIXELS] = node.p["max_image_bytes"], node.p["max_image_pixels"]
         topic = "image/compressed" if node.p["transport"] == "compressed" else "image"
-        conn.send({"ok": True, "declared": sorted(node._parameters), "undeclared": sorted(undeclared_overrides(node)),
+        conn.send({"ok": True, "declared": sorted(declared_names(node)),
+                   "undeclared": sorted(undeclared_overrides(node)),
                    "transport": node.p["transport"], "topic": node.resolve_topic_name(topic),
                    "no_frames_restart_s": node.p.get("no_frames_restart_s")})
         conn.close()

@@ -1,8 +1,11 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""The ~/debug_image picture: the frame, the retained-frame strip and the action bar (for rviz / rqt_image_view)."""
+"""The ~/debug_image picture: the frame, the retained-frame strip and the action bar (for rviz / rqt_image_view), and
+its publisher (`DebugImageOutput`)."""
 
 from __future__ import annotations
+
+import time
 
 import cv2
 import numpy as np
@@ -56,3 +59,48 @@ def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: n
     if label:
         cv2.putText(top, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 0), 1)
     return np.ascontiguousarray(np.vstack([top, strip, bar]))
+
+
+class DebugImageOutput:
+    """~/debug_image of a ReasoningNode: the thumbnails of the retained frames, kept only while someone subscribes,
+    and one picture per cycle at most `debug_image_max_hz` (sensor-data QoS)."""
+
+    def __init__(self, node):
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image
+
+        self.node, self._image = node, Image
+        self.pub = node.create_publisher(Image, "~/debug_image", qos_profile_sensor_data)
+        self.thumbs: dict[int, np.ndarray] = {}
+        self._last = 0.0
+
+    def clear(self) -> None:
+        self.thumbs.clear()
+
+    def after_cycle(self, out) -> None:
+        """After a cycle's outcome went out: nothing unless subscribed (the thumbnails only matter to a viewer)."""
+        if self.pub.get_subscription_count() == 0:
+            return
+        if out.chunk is not None and out.image is not None:
+            self.thumbs[out.chunk.frame_id] = out.image[::2, ::2].copy()
+            keep = set(int(i) for i in out.chunk.retained)
+            for fid in [f for f in self.thumbs if f not in keep]:
+                del self.thumbs[fid]
+        now = time.monotonic()
+        n = self.node
+        if now - self._last < 1.0 / n.p.debug_image_max_hz:
+            return
+        self._last = now
+        frame = out.image
+        if frame is None:
+            latest = n.fb.latest()
+            frame = None if latest is None else latest.image
+        rgb = render_debug(frame, [self.thumbs[f] for f in sorted(self.thumbs)], np.asarray(out.action),
+                           n.p.action_low, n.p.action_high, f"{out.source}:{out.reason}", n.p.action_labels)
+        msg = self._image()
+        msg.header.stamp = n.get_clock().now().to_msg()
+        msg.header.frame_id = "vla_edge_debug"
+        msg.height, msg.width = rgb.shape[:2]
+        msg.encoding, msg.is_bigendian, msg.step = "rgb8", 0, rgb.shape[1] * 3
+        msg.data = rgb.tobytes()
+        self.pub.publish(msg)

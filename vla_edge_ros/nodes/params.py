@@ -17,13 +17,25 @@ from typing import Any
 from ..settings import ParamError, Settings, Spec, _fmt, check_update
 
 
+def parameter_overrides(node) -> dict:
+    """The overrides ``node`` was started with (params file, -p, ``parameter_overrides=``): name -> rclpy Parameter.
+
+    The one private attribute of rclpy read here: rclpy 7.1 (ROS 2 Jazzy) keeps them in ``Node._parameter_overrides``
+    and offers no public accessor (``declare_parameter`` applies one without saying it was there, and an undeclared
+    one is reachable in no other way)."""
+    return dict(getattr(node, "_parameter_overrides", None) or {})
+
+
+def declared_names(node) -> set[str]:
+    """Every parameter ``node`` has declared (rclpy's own, ``qos_overrides.*`` included)."""
+    return set(node.list_parameters([], 0).names)  # depth 0: ListParameters.DEPTH_RECURSIVE
+
+
 def undeclared_overrides(node) -> set[str]:
     """Parameter overrides given to ``node`` (params file, -p) that it did not declare, ``qos_overrides.*`` keys
     included: rclpy declares one for each policy of each topic that takes overrides, so a key for another topic
     (a misspelt name) or another policy is one nobody reads."""
-    overrides = getattr(node, "_parameter_overrides", None) or {}
-    declared = set(getattr(node, "_parameters", None) or {})
-    return {k for k in overrides if k not in declared}
+    return set(parameter_overrides(node)) - declared_names(node)
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,20 +85,24 @@ def declare_and_read(node, specs) -> dict[str, Any]:
 
     values = {}
     problems = []
+    overrides = parameter_overrides(node)
     for s in specs:
         desc = _descriptor(s)
-        override = node._parameter_overrides.get(s.name) if hasattr(node, "_parameter_overrides") else None
-        default = s.default
-        if override is not None:  # a YAML '33' for a double parameter: 33.0 instead of a failed start-up
-            node._parameter_overrides[s.name] = widen_integer(s, override)
+        override = overrides.get(s.name)
+        widened = widen_integer(s, override) if override is not None else None
         try:
-            p = node.declare_parameter(s.name, default, desc)
+            if widened is not None and widened is not override:
+                # a YAML '33' for a double parameter: declared as 33.0 (the range still checked) instead of a failed
+                # start-up; ignore_override: rclpy would apply the integer override and refuse its type
+                p = node.declare_parameter(s.name, widened.value, desc, ignore_override=True)
+            else:
+                p = node.declare_parameter(s.name, s.default, desc)
             val = p.value
         except InvalidParameterTypeException as e:
             problems.append(f"{s.name}: wrong type ({e}); expected {type(s.default).__name__}")
             continue
         except InvalidParameterValueException:
-            got = node._parameter_overrides.get(s.name)
+            got = override
             problems.append(f"{s.name}={got.value if got is not None else '?'} is outside [{s.lo}, {s.hi}]")
             continue
         except Exception as e:  # noqa: BLE001 - e.g. ParameterUninitializedException, bad array element types

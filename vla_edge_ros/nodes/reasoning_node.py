@@ -6,12 +6,13 @@ The loop itself is ROS-free (``runtime.Runtime``: engine + admission + ``cycle.R
 vla-edge-bench); this node reads parameters, owns the steady-clock timer, calls ``Runtime.step`` once per tick
 and turns what it returns into messages:
 
-* ``~/action`` (TwistStamped), first, before any bookkeeping: stamp = capture stamp of the source frame (for a
-  fallback the latest frame's, "now" before the first frame);
+* ``~/action`` (TwistStamped or Twist, ``action_type``), first, before any bookkeeping: stamped with this node's
+  clock at publish (``action_stamp: now``, the default), or with the source frame's capture stamp
+  (``action_stamp: frame``; "now" before the first frame and for a stamp too far from the clock);
 * ``~/action_vector`` (Float32MultiArray, labels in layout.dim), ``~/cycle`` (DiagnosticStatus, every cycle:
   source, reason, frame seq/age, latency breakdown, tokens; OK model / WARN fallback / ERROR overrun,
-  engine_error, internal_error, non_finite), ``/diagnostics`` (1 Hz roll-up), ``~/debug_image`` (only when
-  subscribed).
+  engine_error, internal_error, non_finite), ``/diagnostics`` (1 Hz roll-up, nodes/diagnostics_output.py),
+  ``~/debug_image`` (only when subscribed, nodes/debug_image.py).
 
 Lifecycle (rclpy.lifecycle; ``ros2 lifecycle set /vla_edge <transition>``): configure builds the runtime (model,
 VRAM plan, warm-up, EMAs) on a helper thread at normal scheduling, which a shutdown request (``abort``) ends within
@@ -32,41 +33,28 @@ import time
 import traceback
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import Twist, TwistStamped
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.exceptions import ParameterException
-from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
-from sensor_msgs.msg import Image
-from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from ..cache import generated_model
 from ..constants import ACTION_TOKENS
-from ..cycle import WarmupInterrupted
-from ..diagnostics import CameraStatus, Rollup, cycle_level, cycle_values
-from ..engine import prompt_length
+from ..diagnostics import cycle_level, cycle_values
 from ..frame_buffer import FrameBuffer
-from ..image_convert import DROP_KINDS
 from ..metrics import GcPauses
 from ..realtime import normal_scheduling
-from ..runtime import TEST_FAULT_ENV, Runtime, StartupError
+from ..runtime import TEST_FAULT_ENV, Runtime, StartupError, WarmupInterrupted
 from ..settings import REASONING_SPECS, ParamError, ReasoningSettings, validate_reasoning
 from . import bond
-from .debug_image import render_debug
+from .action_output import ActionOutput, one_line
+from .debug_image import DebugImageOutput, render_debug
+from .diagnostics_output import LEVELS, DiagnosticsOutput
 from .instruction_input import InstructionInput
 from .params import declare_and_read, enable_runtime_updates
 
-# the policies of ~/action that qos_overrides.<topic>.publisher.<policy> may set
-ACTION_QOS_POLICIES = (QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH, QoSPolicyKind.RELIABILITY, QoSPolicyKind.DURABILITY)
-LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR}
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 STEADY = ClockType.STEADY_TIME
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 class ConfigureInterrupted(RuntimeError):
@@ -79,7 +67,7 @@ class ReasoningNode(LifecycleNode):
         try:  # rclpy's own parameters (use_sim_time:=1, :=maybe) are checked here: one line, exit 2
             super().__init__(node_name, **kwargs)
         except ParameterException as e:
-            raise ParamError(_one_line(e)) from None
+            raise ParamError(one_line(e)) from None
         self.fb, self.camera, self._engine_factory = frame_buffer, camera, engine_factory
         raw = declare_and_read(self, REASONING_SPECS)
         # With autostart the cross-checks and the model directory are checked now (one message, exit 2); a node
@@ -94,40 +82,18 @@ class ReasoningNode(LifecycleNode):
         self.startup_error: Exception | None = None  # why the last configure failed
         self.backend_name = p.backend
         self._cycle_index = 0
-        self._thumbs: dict[int, np.ndarray] = {}
-        self._last_debug = 0.0
-        self._frame_age_last: float | None = None
-        self._stamp_sent = 0  # header stamp of the last ~/action sent (ns)
-        self.stamps_replaced = 0  # action_stamp frame: frame stamps too far from this node's clock, sent as now
-        self._action_publishers = 0  # publishers on ~/action's topic, this one included (graph, 1 Hz)
-        self._duplicate_logged = False
         self.on_finalized = None  # called after the shutdown transition (bringup: end the process)
         self._bond = None
         # /diagnostics status names carry the namespace: two robots on one aggregator do not collide
         self.status_prefix = self.get_fully_qualified_name().lstrip("/")
-        self._rollup, self._camera_status = Rollup(), CameraStatus()
         self.gc_pauses = GcPauses().install()  # every collection's pause, in /diagnostics
-        self._vector_dims = [MultiArrayDimension(label=str(x), size=1, stride=1) for x in p.action_labels]
 
-        reliable = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.action_msg = TwistStamped if p.action_type == "twist_stamped" else Twist
-        # silent unless active; qos_overrides./<ns>/vla_edge/action.publisher.{history,depth,reliability,durability}
-        # adjust its QoS (rclpy declares them and applies them to the profile object in place: this one is its own);
-        # an impossible value is a parameter error (one line, exit 2)
-        action_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        try:
-            self.pub_action = self.create_lifecycle_publisher(
-                self.action_msg, "~/action", action_qos, qos_overriding_options=QoSOverridingOptions(
-                    policy_kinds=ACTION_QOS_POLICIES))
-            action_qos.get_c_qos_profile()
-        except (ParameterException, RuntimeError, ValueError, TypeError) as e:
-            raise ParamError(f"qos_overrides for {self.resolve_topic_name('~/action')}: {_one_line(e)}") from None
-        self.pub_vector = self.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
+        self.action = ActionOutput(self)  # ~/action, ~/action_vector (silent unless active)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.pub_debug = self.create_publisher(Image, "~/debug_image", qos_profile_sensor_data)
-        self.diag_timer = self.create_timer(p.diagnostics_period_s, self._on_diagnostics,
+        self.diagnostics = DiagnosticsOutput(self)  # /diagnostics
+        self.debug_image = DebugImageOutput(self)  # ~/debug_image
+        self.diag_timer = self.create_timer(p.diagnostics_period_s, self.diagnostics.publish,
                                             clock=Clock(clock_type=STEADY))
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
                                configured=lambda: self.lifecycle_state != "unconfigured")
@@ -154,7 +120,9 @@ class ReasoningNode(LifecycleNode):
     def _guard_change_state_service(self) -> None:
         """rclpy's ~/change_state handler raises on a transition the current state does not have (e.g. activate
         while unconfigured), and the exception would end the executor's spin: answer success=false instead."""
-        svc = getattr(self, "_service_change_state", None)  # rclpy keeps the service in a private attribute
+        # rclpy 7.1 (ROS 2 Jazzy) keeps the service in LifecycleNode._service_change_state and offers no public way to
+        # wrap its callback (nor a hook for a refused transition): the one private attribute of rclpy the node uses
+        svc = getattr(self, "_service_change_state", None)
         if svc is None:
             return
         inner = svc.callback
@@ -174,7 +142,7 @@ class ReasoningNode(LifecycleNode):
         self.startup_error = None
         t_start = time.monotonic()
         try:
-            model_path, self.runtime = self._in_helper_thread(self._build)
+            self.runtime = self._in_helper_thread(self._build)
         except ConfigureInterrupted:
             self.get_logger().warn("configure interrupted by a shutdown request")
             return FAILURE
@@ -186,38 +154,25 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {self.startup_error}")
             return FAILURE
         rt, p = self.runtime, self.p
-        self.backend_name = rt.engine.backend_name
-        self._rollup.reset()
-        # run once now what the first cycles would run for the first time (percentiles, the debug drawing)
-        rt.cycle.stats.summary()
+        self.backend_name = rt.backend_name
+        self.diagnostics.rollup.reset()
+        # run once now what the first cycles would run for the first time (the debug drawing)
         render_debug(np.zeros((8, 16, 3), np.uint8), [], np.zeros(ACTION_TOKENS, np.float32), p.action_low,
                      p.action_high, "warm", p.action_labels)
         self.lifecycle_state = "inactive"
-        self.get_logger().info(
-            f"configured in {time.monotonic() - t_start:.1f} s: backend {self.backend_name}, model {model_path} "
-            f"({rt.engine.weight_format} weights, {rt.engine.action_decoding} action decoding), period {p.period_ms} "
-            f"ms, margin {p.safety_margin_ms} ms, policy {p.policy}, capacity {p.kv_capacity_tokens} tokens, "
-            f"fallback {p.fallback}; chunk estimate {rt.admission.estimate_ms():.2f} ms "
-            f"({len(rt.warmup_timings)} warm-up chunks)")
+        self.get_logger().info(f"configured in {time.monotonic() - t_start:.1f} s: {rt.describe()}")
         if rt.deadline_warning:
             self.get_logger().warn(rt.deadline_warning)
         self.instructions.configured()
         return SUCCESS
 
-    def _build(self):
-        """The heavy part of configure (helper thread): every start-up check of the parameters (they may have been
-        changed while unconfigured), the model, the capacity check, the runtime (engine, warm-up)."""
-        values = validate_reasoning(self.p.as_dict())
-        model_path = values["model_path"]
-        if not model_path:  # validate_reasoning guarantees make_tiny_model here
-            model_path = generated_model("tiny", 0)
-            self.get_logger().info(f"make_tiny_model: using the generated tiny model in {model_path}")
-        # capacity check before any allocation: it needs the prompt length, which the model dir fixes
-        validate_reasoning(dict(values, model_path=model_path), prompt_tokens=prompt_length(model_path))
-        runtime = Runtime.build(model_path, self.p, self.fb, engine_factory=self._engine_factory,
-                                should_stop=self.abort.is_set, fault_file=os.environ.get(TEST_FAULT_ENV) or None,
-                                warn=self.get_logger().warn)
-        return model_path, runtime
+    def _build(self) -> Runtime:
+        """The heavy part of configure (helper thread): Runtime.build checks the parameters again (they may have been
+        changed while unconfigured), resolves the model, checks the capacity, builds the engine and warms it up."""
+        if not self.p.model_path and self.p.make_tiny_model:
+            self.get_logger().info("make_tiny_model: using the generated tiny model")
+        return Runtime.build(None, self.p, self.fb, engine_factory=self._engine_factory, should_stop=self.abort.is_set,
+                             fault_file=os.environ.get(TEST_FAULT_ENV) or None, warn=self.get_logger().warn)
 
     def _in_helper_thread(self, fn):
         """Run fn() on a helper thread at normal scheduling and wait for it, giving up (ConfigureInterrupted)
@@ -245,8 +200,7 @@ class ReasoningNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers before the first tick
-        self.runtime.cycle.reset_schedule()  # the time spent inactive is neither missed ticks nor an action gap
-        self.runtime.limiter.reset()  # the first command ramps from rest, one period's step
+        self.runtime.resume()  # the time inactive is neither missed ticks nor an action gap; commands ramp from rest
         try:
             self.timer = self.create_timer(self.p.period_ms / 1000.0, self._on_tick, clock=Clock(clock_type=STEADY))
             if self.camera is not None:
@@ -308,7 +262,7 @@ class ReasoningNode(LifecycleNode):
         if self.runtime is not None:
             self.runtime.close()
         self.runtime = None
-        self._thumbs.clear()
+        self.debug_image.clear()
 
     def stop_timers(self) -> None:
         """No new ticks (bringup calls this before it stops the executors)."""
@@ -358,7 +312,7 @@ class ReasoningNode(LifecycleNode):
         t0 = time.monotonic()
         self._cycle_index += 1
         try:
-            step = self.runtime.step(t0, self._scheduled_tick(t0), self._send)
+            step = self.runtime.step(t0, self._scheduled_tick(t0), self.action.send)
         except Exception as e:  # noqa: BLE001 - never let an exception kill the timer
             self.get_logger().error(f"cycle failed: {type(e).__name__}: {e}\n{traceback.format_exc()}",
                                     throttle_duration_sec=5.0)
@@ -375,38 +329,7 @@ class ReasoningNode(LifecycleNode):
 
     def _publish(self, out) -> None:
         """Publish an outcome the node made itself (stop, internal error) like a cycle's."""
-        self._report(self.runtime.publish_outcome(out, self._send))
-
-    def _send(self, c: list[float], out) -> float:
-        """The control output: the (limited) twist first, then the action vector. Returns when the twist went out.
-
-        TwistStamped carries this node's clock at publish (``action_stamp: now``, sim time under use_sim_time) or
-        the source frame's capture stamp (``frame``; "now" before any frame); Twist carries no stamp."""
-        if self.action_msg is TwistStamped:
-            msg = TwistStamped()
-            now = self.get_clock().now()
-            if self.p.action_stamp == "frame" and out.stamp_ns is not None and \
-                    abs(int(out.stamp_ns) - now.nanoseconds) <= self.p.action_stamp_max_offset_s * 1e9:
-                msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(out.stamp_ns), 1_000_000_000)
-            else:
-                if self.p.action_stamp == "frame" and out.stamp_ns is not None:
-                    self.stamps_replaced += 1  # a camera clock far from ours: now, never a stamp from 2038
-                msg.header.stamp = now.to_msg()
-            msg.header.frame_id = self.p.action_frame_id
-            tw = msg.twist
-        else:
-            msg = tw = Twist()
-        tw.linear.x, tw.linear.y, tw.linear.z = c[0], c[1], c[2]
-        tw.angular.x, tw.angular.y, tw.angular.z = c[3], c[4], c[5]
-        self.pub_action.publish(msg)
-        t_pub = time.monotonic()
-        if self.action_msg is TwistStamped:
-            self._stamp_sent = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
-        vec = Float32MultiArray()
-        vec.layout.dim = self._vector_dims
-        vec.data = [float(x) for x in np.asarray(out.action, np.float32)]
-        self.pub_vector.publish(vec)
-        return t_pub
+        self._report(self.runtime.publish_outcome(out, self.action.send))
 
     def _report(self, step) -> None:
         """~/cycle, the logs of a failed chunk, the debug image: everything after the control output."""
@@ -415,148 +338,21 @@ class ReasoningNode(LifecycleNode):
             self.get_logger().error(f"late chunk failed: {out.late_error}", throttle_duration_sec=5.0)
         if out.error:
             self.get_logger().error(f"{out.reason}: {out.error}", throttle_duration_sec=5.0)
-        vals = cycle_values(out, self._cycle_index, step.t_publish, step.late, self._stamp_sent, step.twist)
+        vals = cycle_values(out, self._cycle_index, step.t_publish, step.late, self.action.stamp_sent, step.twist)
         st = DiagnosticStatus(level=LEVELS[cycle_level(out)], name=f"{self.status_prefix}: cycle",
                               hardware_id=self.backend_name, message=f"{out.source}: {out.reason}")
         st.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v))) for k, v in vals.items()]
         self.pub_cycle.publish(st)
-        self._frame_age_last = out.frame_age_ms
-        if self.pub_debug.get_subscription_count() > 0:  # thumbnails only matter to a debug-image viewer
-            if out.chunk is not None and out.image is not None:
-                self._thumbs[out.chunk.frame_id] = out.image[::2, ::2].copy()
-                keep = set(int(i) for i in out.chunk.retained)
-                for fid in [f for f in self._thumbs if f not in keep]:
-                    del self._thumbs[fid]
-            self._publish_debug(out)
+        self.diagnostics.frame_age_last = out.frame_age_ms
+        self.debug_image.after_cycle(out)
 
     def _latest_stamp(self) -> int | None:
         latest = self.fb.latest()
         return latest.stamp_ns if latest is not None else None
 
-    def _publish_debug(self, out) -> None:
-        now = time.monotonic()
-        if now - self._last_debug < 1.0 / self.p.debug_image_max_hz:
-            return
-        self._last_debug = now
-        frame = out.image
-        if frame is None:
-            latest = self.fb.latest()
-            frame = None if latest is None else latest.image
-        rgb = render_debug(frame, [self._thumbs[f] for f in sorted(self._thumbs)], np.asarray(out.action),
-                           self.p.action_low, self.p.action_high, f"{out.source}:{out.reason}", self.p.action_labels)
-        msg = Image()
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.header.frame_id = "vla_edge_debug"
-        msg.height, msg.width = rgb.shape[:2]
-        msg.encoding, msg.is_bigendian, msg.step = "rgb8", 0, rgb.shape[1] * 3
-        msg.data = rgb.tobytes()
-        self.pub_debug.publish(msg)
-
     # --- diagnostics -------------------------------------------------------------------------------------------
 
     def diagnostics_values(self) -> tuple[dict, dict]:
         """(reasoning key-values, camera key-values) of the 1 Hz roll-up."""
-        r = {"lifecycle_state": self.lifecycle_state}
-        if self.runtime is None:  # unconfigured: no engine, no cycle
-            r.update(policy=self.p.policy, backend=self.backend_name, period_ms=self.p.period_ms)
-        else:
-            r.update(self.runtime.values())
-            r.update(self.gc_pauses.summary())
-        r["stamps_replaced"] = self.stamps_replaced
-        r["use_sim_time"] = self._sim_time_active()
-        r["action_topic"], r["action_publishers"], r["pid"] = self.pub_action.topic_name, self._action_publishers, \
-            os.getpid()
-        return r, self._camera_values()
-
-    def _check_action_publishers(self) -> str | None:
-        """One publisher per action topic: a graph query (1 Hz, from the diagnostics timer). Returns the ERROR line
-        when another publisher is on ~/action (a second vla_edge in this namespace, a teleop node on the same
-        cmd_vel), and logs a warning when one appears."""
-        topic = self.pub_action.topic_name
-        try:
-            n = self.count_publishers(topic)
-        except Exception:  # noqa: BLE001 - the graph is best effort
-            return None
-        self._action_publishers = n
-        if n <= 1:
-            self._duplicate_logged = False
-            return None
-        try:
-            names = sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in
-                           self.get_publishers_info_by_topic(topic))
-        except Exception:  # noqa: BLE001
-            names = []
-        line = (f"{n} publishers on {topic} ({', '.join(names)}): another node drives the same base (two vla_edge "
-                f"in one namespace? set namespace:= or action_topic:=)")
-        if not self._duplicate_logged:
-            self.get_logger().warn(line)
-            self._duplicate_logged = True
-        return line
-
-    def _sim_time_active(self) -> bool:
-        try:
-            return bool(self.get_clock().ros_time_is_active)
-        except Exception:  # noqa: BLE001 - a clock without ROS time (steady/system)
-            return False
-
-    def status_warnings(self) -> list[str]:
-        """What the reasoning status warns about besides the cycle counts: the admission estimate over budget,
-        use_sim_time with no /clock (every command stamped 0)."""
-        out = []
-        if self.runtime is not None and self.runtime.deadline_warning:
-            out.append(self.runtime.deadline_warning)
-        if self._sim_time_active() and self.get_clock().now().nanoseconds == 0:
-            out.append("no /clock: use_sim_time is true and no clock message arrived, so every command is stamped 0 "
-                       "(play the bag with --clock, or set use_sim_time false)")
-        return out
-
-    def _camera_values(self) -> dict:
-        c: dict = {"frame_age_ms": self._frame_age_last if self._frame_age_last is not None else "n/a",
-                   "frames_published": self.fb.published, "frames_dropped": self.fb.dropped}
-        if self.camera is None:
-            c.update(camera_rate_hz="n/a", frames_invalid="n/a")
-            return c
-        cs = self.camera.stats()
-        c.update(camera_rate_hz=cs["rate_hz"], frames_received=cs["received"], frames_valid=cs["valid"],
-                 frames_invalid=cs["invalid"], transport=cs["transport"], topic=cs["topic"])
-        for kind in DROP_KINDS:
-            c[f"invalid_{kind}"] = cs["invalid_by_kind"].get(kind, 0)
-        c["max_image_bytes"], c["max_image_pixels"] = cs["max_image_bytes"], cs["max_image_pixels"]
-        for key in ("source_rate_hz", "topic_publishers", "publishers_matched", "qos_reliability"):
-            if key in cs:  # the publisher's rate (its frames' stamps) and whether its QoS matched ours
-                c[key] = cs[key]
-        for key in ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
-                    "restarts_no_frames"):
-            if key in cs:  # the camera in its own process (the bringup): its pid, state and restarts
-                c[f"camera_{key}"] = cs[key]
-        return c
-
-    def _on_diagnostics(self) -> None:
-        try:
-            duplicate = self._check_action_publishers()
-            r, c = self.diagnostics_values()
-            if "cycles" not in r or self.lifecycle_state != "active":
-                lvl, msg = "WARN", (f"{self.lifecycle_state}: no control output (lifecycle transitions: configure, "
-                                    "activate)")
-            else:
-                lvl, msg = self._rollup.level(r, "; ".join(self.status_warnings()) or None)
-            if duplicate:  # whatever else is going on: two nodes command one base
-                lvl, msg = "ERROR", duplicate + "; " + msg
-            clvl, cmsg = self._camera_status.level(c)
-        except Exception as e:  # noqa: BLE001
-            self.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
-            return
-
-        def kv(dct):
-            return [KeyValue(key=k, value=("n/a" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)))
-                    for k, v in dct.items()]
-
-        arr = DiagnosticArray()
-        arr.header.stamp = self.get_clock().now().to_msg()
-        arr.status = [
-            DiagnosticStatus(level=LEVELS[lvl], name=f"{self.status_prefix}: reasoning", message=msg,
-                             hardware_id=self.backend_name, values=kv(r)),
-            DiagnosticStatus(level=LEVELS[clvl], name=f"{self.status_prefix}: camera", message=cmsg,
-                             hardware_id="camera", values=kv(c)),
-        ]
-        self.pub_diag.publish(arr)
+        r, _, cam = self.diagnostics.records()
+        return r, cam.values()

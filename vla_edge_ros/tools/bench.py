@@ -41,22 +41,22 @@ import numpy as np
 
 from ..admission import AdmissionController, Decision, budget_problem
 from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
-from ..constants import CPU_KV_CAPACITY_TOKENS, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
-from ..cycle import REASONS, REPROBE_AFTER_S, probe_after_cycles
-from ..engine import BACKENDS, cuda_available
+from ..constants import CPU_KV_CAPACITY_TOKENS, KV_CAPACITY_TOKENS
+from ..cycle import REPROBE_AFTER_S, probe_after_cycles
+from ..engine import cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
 from ..instruction import InstructionError, shorten
 from ..metrics import CycleStats
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
-from ..model.checkpoint import load_model
+from ..model.checkpoint import check_model_path, load_model
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from ..runtime import Runtime, StartupError
 from ..settings import ReasoningSettings
-from .cli import (Parser, bounded, check_model_dir, check_out_dir, fail, finite_non_negative, finite_positive,
-                  non_negative_int, positive_int)
+from .cli import (Parser, add_setting_options, bounded, check_out_dir, fail, finite_non_negative, non_negative_int,
+                  positive_int, setting_values)
 
 
 class CameraReplay(threading.Thread):
@@ -130,11 +130,6 @@ def _rss_mb() -> float | None:
         return None
 
 
-def _quantiles(stats, keys=("p50", "p95", "p99", "max")) -> dict:
-    p = stats.percentiles()
-    return {k: p[k] for k in keys}
-
-
 class AdmitAll(AdmissionController):
     """Admission switched off for a measurement (`--admit-all`): every chunk that is not `busy` runs, and the
     guard still publishes at the deadline. The share of these chunks that fit the budget is the oracle that
@@ -145,24 +140,34 @@ class AdmitAll(AdmissionController):
         return Decision(True, "admit", d.remaining_ms, d.estimate_ms) if d.reason == "refused" else d
 
 
+# The node settings the bench takes as options (generated from the settings table by tools/cli.py); the policy comes
+# from --policies, the re-probe wait from --probe-after (in cycles).
+BENCH_SETTINGS = ("period_ms", "safety_margin_ms", "ema_alpha", "tail_k", "max_frame_age_ms", "backend",
+                  "kv_capacity_tokens", "window_frames", "vram_ceiling_gb", "warmup_chunks", "realtime_priority",
+                  "fallback", "hold_timeout_s", "action_low", "action_high", "twist_map", "twist_scale",
+                  "velocity_limits", "acceleration_limits", "base_command_timeout_s", "instruction",
+                  "instruction_min_interval_cycles")
+
+
+def bench_settings(args, policy: str) -> ReasoningSettings:
+    """The node's settings for one bench run: the options, the policy, the probe wait in seconds."""
+    return ReasoningSettings.from_values(dict(setting_values(args, BENCH_SETTINGS), policy=policy,
+                                              reprobe_after_s=args.probe_after * args.period_ms / 1000.0))
+
+
 def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
                progress) -> tuple[dict, dict]:
-    """One policy on one clip. Returns (metrics for report.json, raw series for the plot)."""
+    """One policy on one clip: `Runtime.step` every period, as the node's timer calls it (the last guard and the
+    command limits included), the "publish" only an instant. Returns (metrics for report.json, raw series for the
+    plot)."""
     normal_scheduling()  # the engine's worker thread inherits the scheduling of the thread that creates it
-    settings = ReasoningSettings.from_values(dict(
-        period_ms=args.period_ms, safety_margin_ms=args.safety_margin_ms, tail_k=args.tail_k,
-        max_frame_age_ms=args.max_frame_age_ms, reprobe_after_s=args.probe_after * args.period_ms / 1000.0,
-        backend=args.backend, kv_capacity_tokens=args.kv_capacity, policy=policy, window_frames=args.window_frames,
-        vram_ceiling_gb=args.vram_ceiling_gb, warmup_chunks=args.warmup_chunks, fallback="zero",
-        realtime_priority=args.realtime_priority, instruction=args.instruction or "",
-        instruction_min_interval_cycles=args.instruction_min_interval_cycles))
+    settings = bench_settings(args, policy)
     fb = FrameBuffer()
     stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
     # as the node: the same assembly (warm-up on the worker thread, EMAs seeded, collector settled and frozen)
     rt = Runtime.build(model_dir, settings, fb, weights=weights, stats=stats, seed=args.seed, vram_interval_s=0.05,
                        admission_class=AdmitAll if args.admit_all else AdmissionController,
                        warn=lambda msg: print(f"vla-edge-bench: {msg}", file=sys.stderr, flush=True))
-    engine, admission, cycle, vram = rt.engine, rt.admission, rt.cycle, rt.vram
     try:
         # this thread runs the cycle, as the node's timer (the runtime put the engine worker one level below it)
         refused = set_realtime_priority(args.realtime_priority)
@@ -173,7 +178,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
         publish_lags: list[float] = []  # overruns: publish time - the guard's wait end (ms)
         cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
-        per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": []}
+        per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": [], "clamped": []}
         period = args.period_ms / 1000.0
         n_ticks = max(1, int(round(args.seconds / period)))
         skipped = 0
@@ -181,6 +186,9 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         def note_chunk(res, seq, t):
             camera_index_of_frame_id[res.frame_id] = camera.camera_index_of_seq[seq]
             timeline.append((t, [camera_index_of_frame_id[f] for f in res.retained]))
+
+        def publish(twist, out) -> float:
+            return time.monotonic()  # the bench's "publish": nothing to send, only the instant
 
         camera.start()
         while camera.start_time is None:
@@ -201,15 +209,15 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
                     rt.set_instruction(text, "bench")
                 except InstructionError as e:
                     refusals.append({"at_s": at, "text": shorten(text, 120), "error": str(e)})
-            out = cycle.tick(t0, scheduled)
-            t_publish = time.monotonic()  # the bench's "publish": nothing to send, only the instant
-            cycle.record_published(out, t_publish)
+            step = rt.step(t0, scheduled, publish)
+            out, t_publish = step.outcome, step.t_publish
             cycle_ms.append((t_publish - t0) * 1000.0)
             per_cycle["t"].append(t0 - start)
             per_cycle["cycle_ms"].append(cycle_ms[-1])
             per_cycle["reason"].append(out.reason)
             per_cycle["estimate_ms"].append(out.estimate_ms)
             per_cycle["remaining_ms"].append(out.remaining_ms)
+            per_cycle["clamped"].append(out.clamped)
             if out.wait_until is not None and (out.reason == "overrun" or t_publish > out.deadline):
                 publish_lags.append((t_publish - out.wait_until) * 1000.0)  # how late the guard really published
             if out.late_chunk is not None:
@@ -225,71 +233,48 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             i = nxt
         normal_scheduling()
         camera.stop()
-        drained = cycle.drain(timeout=30.0)  # a late chunk still running: let it land before reading the cache
+        drained = rt.finish(timeout=30.0)  # a late chunk still running: let it land before reading the cache
         if drained is not None and drained.late_chunk is not None:
             note_chunk(drained.late_chunk, drained.late_frame_seq, time.monotonic() - start)
-        vram.stop()
         budget_ms = args.period_ms - args.safety_margin_ms
 
-        s = stats.summary()
-        es = engine.stats()
-        retained_camera = [camera_index_of_frame_id[f] for f in engine.cache.retained()]
+        rec = rt.record()
+        retained_camera = [camera_index_of_frame_id[f] for f in rt.retained_frame_ids()]
         retained_clip = [k % len(frames) for k in retained_camera]
-        peaks = [x for x in (es.get("peak_vram_bytes"), vram.peak_bytes) if x is not None]
-        metrics = {
-            "cycles": s["cycles"],
-            "model_actions": s["model_actions"],
-            "fresh_actions": s["reasons"].get("fresh", 0),
-            "repeats": s["repeats"],
-            "fallbacks": {r: s["fallbacks"].get(r, 0) for r in REASONS if r != "fresh"},
-            "deadline_misses": s["deadline_misses"],
-            "deadline_miss_rate": s["deadline_miss_rate"],
-            "overrun_rate": s["overrun_rate"],
-            "fallback_rate": s["fallback_rate"],
-            "cycle_ms": _quantiles(stats.cycle_ms),
-            "chunk_ms": _quantiles(stats.chunk_ms),
-            "timer_jitter_ms": _quantiles(stats.timer_jitter_ms, ("p50", "p99")),
-            "frame_age_ms": _quantiles(stats.frame_age_ms, ("p50", "p99")),
-            "peak_vram_bytes": max(peaks) if peaks else None,
+        vram = rt.vram_memory()
+        metrics = rec.report()  # the loop section: the values the node's /diagnostics reports
+        metrics.update({
             # whole-device used memory at the first and last sample of the run, and once a second in between
-            "vram_first_bytes": vram.first_bytes,
-            "vram_last_bytes": vram.last_bytes,
-            "vram_timeline_mb": [[round(t, 1), round(b / 2**20, 1)] for t, b in vram.timeline],
+            "vram_first_bytes": vram["first_bytes"],
+            "vram_last_bytes": vram["last_bytes"],
+            "vram_timeline_mb": [[round(t, 1), round(b / 2**20, 1)] for t, b in vram["timeline"]],
             "host_rss_mb": _rss_mb(),
             "frames_produced": camera.produced,
             "frames_seen": len(camera_index_of_frame_id),
             "frames_retained": len(retained_camera),
-            "frame_capacity": es["frame_capacity"],
-            "evictions": es["evictions_total"],
             "history_coverage": history_coverage(embeddings, camera.produced, retained_clip),
             "retained_camera_frames": retained_camera,
-            "late_results": cycle.late_results,
-            "engine_errors": cycle.engine_errors,
             "skipped_ticks": skipped,
-            "probes": cycle.probes,
             # admitted: share of cycles that published a fresh model action; chunks_fit: share of the measured
             # chunks that took <= period - margin (with --admit-all, an unbiased sample: the oracle share)
-            "admitted_share": s["reasons"].get("fresh", 0) / max(1, s["cycles"]),
+            "admitted_share": rec.fresh_actions / max(1, rec.cycles),
             "chunks_fit_share": (sum(x <= budget_ms for x in chunk_totals) / len(chunk_totals)
                                  if chunk_totals else None),
             "chunks_measured": len(chunk_totals),
             "admit_all": bool(args.admit_all),
             "realtime_priority": args.realtime_priority,
-            "admission": admission.snapshot(),
             # what admission predicted against what it had: the estimate's median and the median time left
             "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
             "admission_budget_ms_p50": _median(per_cycle["remaining_ms"]),
             "guard_publish_lag_ms": [round(x, 2) for x in publish_lags],
-            "wake_slack_ms_end": cycle.wake_slack_s * 1000.0,
-        }
-        metrics["weights"], metrics["action_decoding"] = engine.weight_format, engine.action_decoding
+        })
         metrics["instruction"] = rt.instruction_values()
         metrics["instruction_changes"] = [
             {"text": shorten(r["text"], 120), "requested_s": r["requested"] - start,
              "applied_s": None if r["applied"] is None else r["applied"] - start, "cycles": r["cycles"],
              "prefill_ms": r["prefill_ms"], "prompt_tokens": r["prompt_tokens"],
              "instruction_tokens": r["instruction_tokens"], "ok": r["ok"], "error": r["error"]}
-            for r in cycle.instruction_log]
+            for r in rt.instruction_log()]
         metrics["instruction_refusals"] = refusals
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
@@ -517,45 +502,26 @@ def build_parser() -> Parser:
     p.add_argument("--camera-hz", type=bounded(0.1, 1000.0), default=60.0,
                    help="rate the clip is fed to the FrameBuffer; the report notes when it differs from the clip's "
                         "own rate (default: 60)")
-    p.add_argument("--period-ms", type=bounded(1.0, 10000.0), default=PERIOD_MS,
-                   help=f"control period = deadline (default: {PERIOD_MS:g})")
-    p.add_argument("--safety-margin-ms", type=finite_non_negative, default=SAFETY_MARGIN_MS,
-                   help=f"kept free at the end of every cycle (default: {SAFETY_MARGIN_MS:g})")
-    p.add_argument("--max-frame-age-ms", type=finite_positive, default=MAX_FRAME_AGE_MS,
-                   help=f"older frames -> stale_frame fallback (default: {MAX_FRAME_AGE_MS:g})")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
-    p.add_argument("--kv-capacity", type=bounded(1, 1 << 20, int), default=None,
-                   help=f"KV slots (default: {KV_CAPACITY_TOKENS} on cuda, {CPU_KV_CAPACITY_TOKENS} on numpy, as the "
-                        "demo and the soak)")
-    p.add_argument("--window-frames", type=positive_int, default=8, help="sliding_window size in frames (default: 8)")
-    p.add_argument("--tail-k", type=finite_non_negative, default=0.0,
-                   help="admission tail allowance (x EMA of |deviation|) (default: 0)")
+    add_setting_options(p, BENCH_SETTINGS, flags={"kv_capacity_tokens": "--kv-capacity"},
+                        defaults={"kv_capacity_tokens": None, "instruction_min_interval_cycles": 1},
+                        helps={"kv_capacity_tokens": f"{KV_CAPACITY_TOKENS} on cuda, {CPU_KV_CAPACITY_TOKENS} on "
+                                                     "numpy, as the demo and the soak",
+                               "instruction_min_interval_cycles": "1, every --instruction-at change as soon as it "
+                                                                  "can start"})
     p.add_argument("--probe-after", type=non_negative_int, default=None,
                    help="while refusing, run one background chunk after at most this many refusals in a row to "
                         "re-measure its cost (0: never) (default: the node's reprobe_after_s, 2 s of periods)")
     p.add_argument("--admit-all", action="store_true",
                    help="admit every chunk that is not busy (the guard still publishes at the deadline): the share "
                         "of chunks that fit is then the oracle to judge admission against (default: off)")
-    p.add_argument("--realtime-priority", type=non_negative_int, default=0,
-                   help="SCHED_FIFO priority (1-99) of the thread running the cycle, as the node's "
-                        "realtime_priority; needs CAP_SYS_NICE (default: 0 = normal scheduling)")
-    p.add_argument("--warmup-chunks", type=positive_int, default=3, help="dry chunks before each run (default: 3)")
-    p.add_argument("--vram-ceiling-gb", type=finite_positive, default=8.0,
-                   help="refuse a VRAM plan over this (default: 8)")
     p.add_argument("--max-clip-frames", type=positive_int, default=3000,
                    help="frames read from each clip, a memory bound (default: 3000)")
     p.add_argument("--min-clip-fraction", type=finite_non_negative, default=0.5,
                    help="refuse a clip (a damaged file) that decodes fewer than this fraction of the frames it "
                         "declares (default: 0.5)")
-    p.add_argument("--instruction", default=None,
-                   help="the task the run starts with (the node's instruction parameter; the model's tokenizer) "
-                        "(default: none, the system prompt)")
     p.add_argument("--instruction-at", action="append", type=_instruction_at, metavar="SECONDS=TEXT",
                    help="change the instruction SECONDS into each run (repeatable: a schedule); the report gives "
                         "the cycles each change cost (default: none)")
-    p.add_argument("--instruction-min-interval-cycles", type=positive_int, default=1,
-                   help="at most one instruction change per this many cycles, as the node's parameter (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model (default: 0)")
     p.add_argument("--out", required=True,
                    help="output folder for report.json/.md/.png; must be new or empty (default: none, required)")
@@ -589,8 +555,6 @@ def parse_args(argv):
     problem = budget_problem(a.period_ms, a.safety_margin_ms)
     if problem:
         p.error(f"--period-ms / --safety-margin-ms: {problem}")
-    if a.realtime_priority > 99:
-        p.error("--realtime-priority: 0 (off) or 1-99")
     if a.probe_after is None:
         a.probe_after = probe_after_cycles(REPROBE_AFTER_S, a.period_ms)
     return a
@@ -598,7 +562,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    for problem in (check_out_dir(args.out, args.force), *(check_model_dir(m) for m in args.model or [])):
+    for problem in (check_out_dir(args.out, args.force), *(check_model_path(m) for m in args.model or [])):
         if problem:
             return fail("vla-edge-bench", problem)
     try:
@@ -645,8 +609,8 @@ def run(args, argv) -> int:
         cfg = weights.cfg
         backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")
         args.backend = backend
-        if args.kv_capacity is None:
-            args.kv_capacity = KV_CAPACITY_TOKENS if backend == "cuda" else CPU_KV_CAPACITY_TOKENS
+        if args.kv_capacity_tokens is None:
+            args.kv_capacity_tokens = KV_CAPACITY_TOKENS if backend == "cuda" else CPU_KV_CAPACITY_TOKENS
 
         n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
         progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip) * len(args.model), unit="tick",
@@ -692,10 +656,12 @@ def run(args, argv) -> int:
                           "intermediate_size", "vocab_size")}},
             "config": {"policies": args.policies, "seconds": args.seconds, "camera_hz": args.camera_hz,
                        "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
-                       "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity,
+                       "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity_tokens,
                        "window_frames": args.window_frames, "tail_k": args.tail_k, "probe_after": args.probe_after,
                        "admit_all": args.admit_all, "realtime_priority": args.realtime_priority,
-                       "warmup_chunks": args.warmup_chunks, "seed": args.seed},
+                       "warmup_chunks": args.warmup_chunks, "seed": args.seed,
+                       # every node setting of the run (the policy aside): the limits and the fallback included
+                       "settings": setting_values(args, BENCH_SETTINGS)},
             "clips": clips,
         }
         # written into a temporary folder beside --out that replaces it only when complete

@@ -115,14 +115,6 @@ def check_source(spec: str) -> str | None:
     return None
 
 
-def check_model_dir(path: str) -> str | None:
-    """Why `path` is not a model this package can load (an HF directory or a GGUF file; quick checks before any
-    loading), or None: the one rule of model.checkpoint.check_model_path."""
-    from ..model.checkpoint import check_model_path
-
-    return check_model_path(path)
-
-
 def check_out_dir(path: str, force: bool = False) -> str | None:
     """Why `path` cannot take a tool's output folder: a file, a non-empty folder without --force, unwritable."""
     p = Path(path).expanduser()
@@ -136,3 +128,73 @@ def check_out_dir(path: str, force: bool = False) -> str | None:
     if not os.access(parent, os.W_OK):
         return f"--out {path}: {parent} is not writable"
     return None
+
+
+# --- options generated from the settings table -----------------------------------------------------------
+
+def _setting_type(spec):
+    """The argparse type of one settings.Spec: the table's range, length and length-in-characters rules."""
+    from ..settings import check_specs
+
+    d = spec.default
+    if isinstance(d, list):
+        kind = int if d and isinstance(d[0], int) else float
+
+        def parse_list(text: str):
+            parts = [x.strip() for x in text.strip().strip("[]").split(",") if x.strip()]
+            try:
+                v = [kind(x) for x in parts]
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected {spec.length or ''} comma-separated "
+                                                 f"{'integers' if kind is int else 'numbers'}, "
+                                                 f"not {text[:60]!r}") from None
+            problems = check_specs({spec.name: v}, [spec])
+            if problems:
+                raise argparse.ArgumentTypeError(problems[0])
+            return v
+        parse_list.__name__ = f"list of {spec.length} {kind.__name__}"
+        return parse_list
+    if isinstance(d, bool):
+        raise TypeError(f"{spec.name}: a boolean setting is not a tool option")
+    if isinstance(d, (int, float)):
+        return bounded(spec.lo, spec.hi, int if isinstance(d, int) else float)
+
+    def parse_text(text: str):
+        problems = check_specs({spec.name: text}, [spec])
+        if problems:
+            raise argparse.ArgumentTypeError(problems[0])
+        return text
+    return parse_text
+
+
+def _shown(v) -> str:
+    return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) if isinstance(v, list) else \
+        (f"{v:g}" if isinstance(v, float) else str(v) if v != "" else "none")
+
+
+def add_setting_options(parser, names, flags: dict | None = None, defaults: dict | None = None,
+                        helps: dict | None = None) -> None:
+    """One option per node setting in `names` (settings.REASONING_SPECS), generated from the table: ``--period-ms``
+    for ``period_ms`` (`flags` renames one), stored under the setting's own name, the table's range, choices and
+    length checked, its description as the help. The default is the node's unless `defaults` gives the tool's own
+    (then `helps` says why, in the help's ``(default: ...)``)."""
+    from ..settings import REASONING_SPECS, spec_table
+
+    table, flags, defaults, helps = spec_table(REASONING_SPECS), flags or {}, defaults or {}, helps or {}
+    for name in names:
+        spec = table[name]
+        default = defaults.get(name, list(spec.default) if isinstance(spec.default, list) else spec.default)
+        text = f"{spec.description} (default: {helps.get(name) or _shown(default)}; the node's {name})"
+        kwargs = dict(dest=name, default=default, help=text.replace("%", "%%"))
+        if spec.choices is not None:
+            kwargs["choices"] = spec.choices
+        else:
+            kwargs["type"] = _setting_type(spec)
+            if isinstance(spec.default, list):
+                kwargs["metavar"] = ",".join(["X"] * (spec.length or 1))
+        parser.add_argument(flags.get(name, "--" + name.replace("_", "-")), **kwargs)
+
+
+def setting_values(args, names) -> dict:
+    """The settings `add_setting_options` added, as {name: value} for settings.ReasoningSettings.from_values."""
+    return {name: getattr(args, name) for name in names}

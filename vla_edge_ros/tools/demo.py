@@ -39,8 +39,6 @@ import numpy as np
 from ..admission import budget_problem
 from ..cache import cache_root
 from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS, SAFETY_MARGIN_MS
-from ..engine import BACKENDS
-from ..eviction import POLICY_NAMES
 
 
 CPU_PRESETS = ("tiny", "micro")  # largest first: what the demo tries on a CPU
@@ -126,7 +124,7 @@ def _pct(xs, q):
 
 def build_parser():
     from ..model.config import PRESETS
-    from .cli import Parser, finite_positive, positive_int
+    from .cli import Parser, add_setting_options, finite_positive
 
     ap = Parser(prog="vla-edge-demo", description=__doc__.split("\n\n")[0],
                 epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,30 +132,28 @@ def build_parser():
                     help="how long to run after the first action (default: 20)")
     ap.add_argument("--source", help="bag / video / image folder to replay (default: a generated synthetic clip)")
     ap.add_argument("--model", help="model dir or GGUF file (default: the generated --preset model)")
-    ap.add_argument("--instruction", default=None,
-                    help="the task, as the node's instruction parameter (needs a model with a tokenizer, e.g. a GGUF "
-                         "file; the generated presets have none and refuse it, saying so) (default: none)")
     ap.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
                     help="model to generate when --model is not given; auto: tiny on a GPU, on a CPU the largest "
                          "of tiny, micro whose chunk, timed here at start-up, fits the cycle (default: auto)")
-    ap.add_argument("--period-ms", type=finite_positive, default=None,
-                    help="control period (default: the config's, 33 ms)")
-    ap.add_argument("--policy", default="fifo", choices=POLICY_NAMES,
-                    help="KV eviction policy (default: fifo)")
-    ap.add_argument("--backend", default="auto", choices=BACKENDS,
-                    help="engine backend; auto picks cuda when a GPU is usable (default: auto)")
-    ap.add_argument("--kv-capacity", type=positive_int, default=None,
-                    help="kv_capacity_tokens (default: the config's; 512 on the NumPy backend, whose reference "
-                         "attention reads every slot of the cache)")
+    # the node's own settings, from the settings table; unset ones are the config file's
+    add_setting_options(ap, ("instruction", "period_ms", "policy", "backend", "kv_capacity_tokens"),
+                        flags={"kv_capacity_tokens": "--kv-capacity"},
+                        defaults={"instruction": None, "period_ms": None, "kv_capacity_tokens": None},
+                        helps={"instruction": "none; needs a model with a tokenizer, e.g. a GGUF file: the generated "
+                                              "presets have none and refuse it, saying so",
+                               "period_ms": "the config's, 33 ms",
+                               "kv_capacity_tokens": "the config's; 512 on the NumPy backend, whose reference "
+                                                     "attention reads every slot of the cache"})
     ap.add_argument("--verbose", action="store_true", help="show the child processes' output (default: hidden)")
     return ap
 
 
 def main(argv=None) -> int:
-    from .cli import check_model_dir, check_source, fail
+    from ..model.checkpoint import check_model_path
+    from .cli import check_source, fail
 
     a = build_parser().parse_args(argv)
-    for problem in (check_source(a.source) if a.source else None, check_model_dir(a.model) if a.model else None):
+    for problem in (check_source(a.source) if a.source else None, check_model_path(a.model) if a.model else None):
         if problem:
             return fail("vla-edge-demo", problem)
 
@@ -190,7 +186,7 @@ def main(argv=None) -> int:
 
     env = child_env()
     out = None if a.verbose else subprocess.DEVNULL
-    kv_cap = a.kv_capacity
+    kv_cap = a.kv_capacity_tokens
     if kv_cap is None and on_cpu:
         kv_cap = CPU_KV_CAPACITY_TOKENS
     params = [f"period_ms:={period_ms}"] if a.period_ms is not None else []

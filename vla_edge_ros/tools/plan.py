@@ -18,7 +18,6 @@ import sys
 import tempfile
 
 from .. import edge
-from ..constants import ACTION_TOKENS
 from ..model.config import ACTION_DECODING
 
 EXAMPLE = """example:
@@ -30,11 +29,8 @@ MB = 1e6
 GB = 1e9
 MIB = 1 << 20
 GIB = 1 << 30
-MAX_CAPACITY = 1 << 20  # the node's kv_capacity_tokens range
 MAX_MAGNITUDE = 1e12  # no option means anything beyond this
 MIN_EFFICIENCY = 0.01  # below this the projected times are meaningless (and print with hundreds of digits)
-PERIOD_RANGE_MS = (1.0, 10000.0)  # the node's period_ms range
-MAX_MARGIN_MS = 1000.0  # the node's safety_margin_ms range
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,14 +38,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _node_default(name: str, fallback):
-    """The reasoning node's default for a parameter (nodes/params.py is plain Python: no rclpy)."""
-    try:
-        from ..settings import REASONING_SPECS
+def _setting(name: str):
+    """The node's setting (settings.REASONING_SPECS): its default and range are this tool's."""
+    from ..settings import REASONING_SPECS, spec_table
 
-        return next(s.default for s in REASONING_SPECS if s.name == name)
-    except Exception:  # noqa: BLE001 - the tool still works with the design's defaults
-        return fallback
+    return spec_table(REASONING_SPECS)[name]
+
+
+def _range_problem(flag: str, name: str, v) -> str | None:
+    s = _setting(name)
+    if s.lo <= v <= s.hi:
+        return None
+    v, lo, hi = (f"{x:g}" if isinstance(x, float) else str(x) for x in (v, s.lo, s.hi))
+    return f"{flag} {v} must be between {lo} and {hi} (the node's {name})"
 
 
 def _finite(kind):
@@ -73,15 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model directory (config.json) or GGUF file (its metadata); weights are not read")
     p.add_argument("--board", default="all", metavar="NAME",
                    help="board name or alias from config/boards.yaml, or 'all' (default: %(default)s)")
-    p.add_argument("--capacity", type=_finite(int), default=_node_default("kv_capacity_tokens", 4096), metavar="N",
+    p.add_argument("--capacity", type=_finite(int), default=_setting("kv_capacity_tokens").default, metavar="N",
                    help="KV-cache slots (kv_capacity_tokens); the projection assumes the cache full "
                    "(default: %(default)s, the node's default)")
     p.add_argument("--prompt-tokens", type=_finite(int), default=None, metavar="N",
                    help="pinned prompt length in tokens (default: what the engine uses for this model dir)")
-    p.add_argument("--period-ms", type=_finite(float), default=_node_default("period_ms", edge.PERIOD_MS), metavar="MS",
+    p.add_argument("--period-ms", type=_finite(float), default=_setting("period_ms").default, metavar="MS",
                    help="control period in ms (default: %(default)s)")
     p.add_argument("--margin-ms", type=_finite(float), metavar="MS",
-                   default=_node_default("safety_margin_ms", edge.SAFETY_MARGIN_MS),
+                   default=_setting("safety_margin_ms").default,
                    help="safety margin kept free at the end of each period, in ms (default: %(default)s)")
     p.add_argument("--efficiency", type=_finite(float), default=None, metavar="F",
                    help="fraction of copy bandwidth the engine reaches, in [0.01, 1] (default: the measured value "
@@ -107,18 +108,22 @@ def make_plan(a) -> dict:
     from ..model.checkpoint import load_config
     from ..vram_plan import cuda_shape_problems, vram_plan
 
-    if not (1 <= a.capacity <= MAX_CAPACITY):
-        raise edge.EdgeError(f"--capacity {a.capacity} must be between 1 and {MAX_CAPACITY}")
+    from ..admission import budget_problem
+    from ..kv_cache import capacity_problem
+
+    problem = _range_problem("--capacity", "kv_capacity_tokens", a.capacity)
+    if problem:
+        raise edge.EdgeError(problem)
     if a.efficiency is not None and not (MIN_EFFICIENCY <= a.efficiency <= 1):
         raise edge.EdgeError(f"--efficiency {a.efficiency:g} must be in (0, 1], at least {MIN_EFFICIENCY:g}: "
                              "a fraction of the copy bandwidth")
-    if not PERIOD_RANGE_MS[0] <= a.period_ms <= PERIOD_RANGE_MS[1]:
-        raise edge.EdgeError(f"--period-ms {a.period_ms:g} must be between {PERIOD_RANGE_MS[0]:g} and "
-                             f"{PERIOD_RANGE_MS[1]:g}")
-    if a.margin_ms > MAX_MARGIN_MS:
-        raise edge.EdgeError(f"--margin-ms {a.margin_ms:g} must be at most {MAX_MARGIN_MS:g}")
-    if not (a.period_ms > a.margin_ms >= 0):
-        raise edge.EdgeError(f"need --period-ms > --margin-ms >= 0, got {a.period_ms:g} and {a.margin_ms:g}")
+    problem = (_range_problem("--period-ms", "period_ms", a.period_ms)
+               or _range_problem("--margin-ms", "safety_margin_ms", a.margin_ms))
+    if problem:
+        raise edge.EdgeError(problem)
+    problem = budget_problem(a.period_ms, a.margin_ms)  # the node's one budget rule
+    if problem:
+        raise edge.EdgeError(f"--period-ms / --margin-ms: {problem}")
     if a.json:
         _check_out(a.json)
     if not os.path.exists(a.model):
@@ -129,10 +134,9 @@ def make_plan(a) -> dict:
         prompt = int(len(system_prompt_ids(a.model, cfg.vocab_size)))
     if prompt < 0:
         raise edge.EdgeError(f"--prompt-tokens {prompt} must be >= 0")
-    need = prompt + ACTION_TOKENS + edge.VISION_TOKENS
-    if a.capacity < need:
-        raise edge.EdgeError(f"--capacity {a.capacity} is too small: the {prompt}-token prompt + {ACTION_TOKENS} "
-                             f"action slots + one {edge.VISION_TOKENS}-token frame need at least {need}")
+    problem = capacity_problem(a.capacity, prompt, label=f"--capacity {a.capacity}")  # the node's one rule
+    if problem:
+        raise edge.EdgeError(problem)
     boards_all = edge.load_boards()
     boards = list(boards_all.values()) if a.board.strip().lower() == "all" else [edge.find_board(a.board, boards_all)]
     what_if = [f"--{k} {getattr(a, k)}" for k in ("weights", "decoding") if getattr(a, k) != "model"]

@@ -56,9 +56,8 @@ from tqdm import tqdm
 
 from ..cache import cache_root
 from ..constants import CPU_KV_CAPACITY_TOKENS, PERIOD_MS
-from ..engine import BACKENDS
-from ..eviction import POLICY_NAMES
-from .cli import (Parser, check_model_dir, check_out_dir, check_source, fail, finite_non_negative, finite_positive,
+from ..model.checkpoint import check_model_path
+from .cli import (Parser, add_setting_options, check_out_dir, check_source, fail, finite_non_negative, finite_positive,
                   positive_int)
 from .outputs import bringup_commands, child_env, ensure_model, stop_processes
 
@@ -197,13 +196,10 @@ def build_parser() -> Parser:
     ap.add_argument("--model", help="model dir (default: the generated --preset model)")
     ap.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                     help="model to generate when --model is not given (default: tiny)")
-    ap.add_argument("--policy", default="fifo", choices=POLICY_NAMES,
-                    help="KV eviction policy (default: fifo)")
-    ap.add_argument("--backend", default="auto", choices=BACKENDS,
-                    help="engine backend (default: auto)")
-    ap.add_argument("--kv-capacity", type=positive_int, default=None,
-                    help=f"kv_capacity_tokens (default: {CPU_KV_CAPACITY_TOKENS} on the NumPy backend, as "
-                         "vla-edge-demo; the config's on CUDA)")
+    add_setting_options(ap, ("policy", "backend", "kv_capacity_tokens"), flags={"kv_capacity_tokens": "--kv-capacity"},
+                        defaults={"kv_capacity_tokens": None},
+                        helps={"kv_capacity_tokens": f"{CPU_KV_CAPACITY_TOKENS} on the NumPy backend, as "
+                                                     "vla-edge-demo; the config's on CUDA"})
     ap.add_argument("-p", "--param", action="append", default=[], metavar="NAME:=VALUE",
                     help="extra vla_edge parameter, repeatable (default: none)")
     ap.add_argument("--out", help="output directory, must be new or empty (default: ./soak-YYYYmmdd-HHMMSS)")
@@ -244,7 +240,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     out_dir = Path(a.out or f"soak-{time.strftime('%Y%m%d-%H%M%S')}").expanduser().resolve()
     for problem in (check_out_dir(str(out_dir)), check_source(a.source) if a.source else None,
-                    check_model_dir(a.model) if a.model else None):
+                    check_model_path(a.model) if a.model else None):
         if problem:
             return fail("vla-edge-soak", problem)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +258,7 @@ def main(argv=None) -> int:
 
     env = child_env()
     on_gpu = a.backend == "cuda" or (a.backend == "auto" and cuda_available())
-    kv_cap = a.kv_capacity or (None if on_gpu else CPU_KV_CAPACITY_TOKENS)
+    kv_cap = a.kv_capacity_tokens or (None if on_gpu else CPU_KV_CAPACITY_TOKENS)
     node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, a.param, quiet_replay=True)
     period_ms = a.period_ms
 
