@@ -213,13 +213,20 @@ class Engine:
         if self._busy.is_set():
             raise EngineError("engine is busy with an earlier chunk")
         self._busy.set()
+
+        def run():
+            # cleared on the worker before the future completes: a caller woken by the result never sees a stale
+            # `busy` (a done-callback runs after the waiters wake, and the next tick could read `busy` in between)
+            try:
+                return fn()
+            finally:
+                self._busy.clear()
+
         try:
-            fut = self._worker.submit(fn)
+            return self._worker.submit(run)
         except BaseException:
             self._busy.clear()
             raise
-        fut.add_done_callback(lambda _: self._busy.clear())
-        return fut
 
     def apply_instruction(self, instruction) -> float:
         """Make `instruction` (instruction.Instruction) the pinned prompt: prefill it into slots 0..P-1 and drop every
