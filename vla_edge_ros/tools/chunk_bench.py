@@ -156,14 +156,14 @@ def main(argv=None) -> int:
     from ..eviction import make_policy
     from ..kv_cache import KvCache
     from ..model.checkpoint import load_model
+    from .cli import add_setting_options, positive_int
 
     p = argparse.ArgumentParser(prog="chunk_bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="model directory (bf16 or 4-bit, autoregressive or parallel) or GGUF "
                                                   "file (dequantized to bf16)")
-    p.add_argument("--capacity", type=int, default=4096, help="KV slots (default 4096)")
-    p.add_argument("--prompt-tokens", type=int, default=64, help="pinned prompt length (default 64)")
-    p.add_argument("--chunks", type=int, default=300, help="timed chunks after the fill (default 300)")
-    p.add_argument("--vram-ceiling-gb", type=float, default=8.0, help="start-up VRAM ceiling (default 8.0)")
+    add_setting_options(p, ("kv_capacity_tokens", "vram_ceiling_gb"), flags={"kv_capacity_tokens": "--capacity"})
+    p.add_argument("--prompt-tokens", type=positive_int, default=64, help="pinned prompt length (default 64)")
+    p.add_argument("--chunks", type=positive_int, default=300, help="timed chunks after the fill (default 300)")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--sms", type=int, default=0,
                    help="run the chunk on a stream of a CUDA green context of this many SMs (a board's count: Orin "
@@ -190,9 +190,9 @@ def main(argv=None) -> int:
     w = load_model(a.model)
     cfg = w.cfg
     t0 = time.perf_counter()
-    be = CudaBackend(w, a.capacity, a.vram_ceiling_gb, sms=sms or None, stream=stream)
+    be = CudaBackend(w, a.kv_capacity_tokens, a.vram_ceiling_gb, sms=sms or None, stream=stream)
     rng = np.random.default_rng(0)
-    kv = KvCache(a.capacity, a.prompt_tokens, make_policy("fifo"))
+    kv = KvCache(a.kv_capacity_tokens, a.prompt_tokens, make_policy("fifo"))
     be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
     frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
     fid = 0
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
         nkeys.append(plan.n_prefix + 32)
     passes = np.asarray(passes)
     n_mid = int(np.median(nkeys)) + 1 + 8 // 2
-    cb = edge.chunk_bytes(cfg, a.capacity, attended_keys=n_mid, prompt_tokens=a.prompt_tokens)
+    cb = edge.chunk_bytes(cfg, a.kv_capacity_tokens, attended_keys=n_mid, prompt_tokens=a.prompt_tokens)
     dev_ms = pct(devc, 50)
     eff = cb["total"] / (dev_ms * 1e-3) / 1e9 / bw
     parallel = be.parallel
@@ -228,7 +228,8 @@ def main(argv=None) -> int:
         "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
         "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
         "sms_seen_by_probe": sms_seen,
-        "capacity": a.capacity, "keys_attended_median": n_mid, "chunks": a.chunks, "setup_s": round(setup_s, 1),
+        "capacity": a.kv_capacity_tokens, "keys_attended_median": n_mid, "chunks": a.chunks,
+        "setup_s": round(setup_s, 1),
         "copy_GBps": round(bw, 1),
         "chunk_host_ms": {"p50": pct(host, 50), "p99": pct(host, 99), "max": max(host)},
         "chunk_device_ms": {"p50": dev_ms, "p99": pct(devc, 99)},
