@@ -72,13 +72,12 @@ __device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int 
 }
 
 // ------------------------------------------------------------------------------------------------ bf16 weights
-// W_UNITS / S_UNITS: 16-byte units of a stage's W tile / scale|zero tile (none for bf16).
+// W_UNITS: 16-byte units of a stage's W tile.
 // KW: warp groups along K (4 warps each); a stage holds KW consecutive chunks, group h multiplies chunk h of it, and
 // the groups' sums are added in shared memory at the end.
 struct FmtBf16 {
     static constexpr int NT = GEMM_NT_BF16, NB = 32 * NT, KW = GEMM_KW_BF16, STAGES = GEMM_STAGES_BF16;
     static constexpr int W_UNITS = NB * 8;  // NB rows x 128 bytes
-    static constexpr int S_UNITS = 0;
 };
 // The W row that block-local row l stands for: consecutive rows, or in mode 2 the warp's n-tiles 0 .. NT/2-1 are
 // gate rows and NT/2 .. NT-1 the up rows of the same 4 * NT outputs (so one lane holds g and u of the same element).
@@ -90,10 +89,10 @@ __device__ __forceinline__ int w_row(int l, int mode, int N) {
     return (j >= HT ? (N >> 1) : 0) + blockIdx.x * (F::NB / 2) + w * (4 * F::NT) + (j % HT) * 8 + r;
 }
 
-// One chunk (64 k) of X, W (and scale|zero) into st, by the 128 threads of warp group threadIdx.x / 128.
+// One chunk (64 k) of X and W into st, by the 128 threads of warp group threadIdx.x / 128.
 template <class F, int MT>
-__device__ __forceinline__ void load_chunk(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
-                                           const unsigned* __restrict__ SZ, int N, int K, int mode, int c) {
+__device__ __forceinline__ void load_chunk(uint4* st, const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, int N,
+                                           int K, int mode, int c) {
     const int tid = threadIdx.x & 127;
     const int k0 = c * 64;
 #pragma unroll
@@ -102,23 +101,22 @@ __device__ __forceinline__ void load_chunk(uint4* st, const bf16_t* __restrict__
         cp_async16(st + r * 8 + (u ^ (r & 7)), X + (size_t)r * K + k0 + u * 8);
     }
     uint4* ws = st + 16 * MT * 8;
-    const bf16_t* Wb = (const bf16_t*)W;
 #pragma unroll
     for (int i = 0; i < F::W_UNITS / 128; ++i) {
         const int idx = tid + i * 128, l = idx >> 3, u = idx & 7;
-        cp_async16(ws + l * 8 + (u ^ (l & 7)), Wb + (size_t)w_row<F>(l, mode, N) * K + k0 + u * 8);
+        cp_async16(ws + l * 8 + (u ^ (l & 7)), W + (size_t)w_row<F>(l, mode, N) * K + k0 + u * 8);
     }
 }
 
 template <class F, int MT>
-constexpr int chunk_units() { return 16 * MT * 8 + F::W_UNITS + F::S_UNITS; }
+constexpr int chunk_units() { return 16 * MT * 8 + F::W_UNITS; }
 
 // Stage cs = chunks cs*KW .. cs*KW+KW-1; warp group h loads chunk cs*KW + h into part h of the stage.
 template <class F, int MT>
-__device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__ X, const void* __restrict__ W,
-                                           const unsigned* __restrict__ SZ, int N, int K, int mode, int cs) {
+__device__ __forceinline__ void load_stage(uint4* st, const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, int N,
+                                           int K, int mode, int cs) {
     const int h = threadIdx.x >> 7;
-    load_chunk<F, MT>(st + h * chunk_units<F, MT>(), X, W, SZ, N, K, mode, cs * F::KW + h);
+    load_chunk<F, MT>(st + h * chunk_units<F, MT>(), X, W, N, K, mode, cs * F::KW + h);
 }
 
 template <int MT>
@@ -142,8 +140,7 @@ __device__ __forceinline__ void mma_step(float (&c)[4], const uint4 (&a)[2][2], 
 }
 
 template <int MT>
-__device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtBf16::NT][4], FmtBf16, int, int warp,
-                                          int lane) {
+__device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtBf16::NT][4], int warp, int lane) {
     constexpr int NT = FmtBf16::NT;
     const int r = lane >> 2, q = lane & 3;
     uint4 a[MT][2][2];
@@ -178,9 +175,8 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b) {
 }
 
 template <class F, int MT>
-__device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const void* __restrict__ W,
-                                          const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
-                                          bf16_t* __restrict__ act, int N, int K, int mode) {
+__device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
+                                          float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {
     extern __shared__ uint4 smem[];
     constexpr int NT = F::NT, NB = F::NB, S = F::STAGES;
     constexpr int STAGE = F::KW * chunk_units<F, MT>();  // 16-byte units
@@ -201,16 +197,16 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (c0 + s < c1) load_stage<F, MT>(smem + s * STAGE, X, W, SZ, N, K, mode, c0 + s);
+        if (c0 + s < c1) load_stage<F, MT>(smem + s * STAGE, X, W, N, K, mode, c0 + s);
         cp_async_commit();
     }
     for (int c = c0; c < c1; ++c) {
         cp_async_wait<S - 2>();  // stage c has landed (this thread's copies) ...
         __syncthreads();         // ... everyone's, and the stage refilled below is no longer read
         const int cn = c + S - 1;
-        if (cn < c1) load_stage<F, MT>(smem + ((cn - c0) % S) * STAGE, X, W, SZ, N, K, mode, cn);
+        if (cn < c1) load_stage<F, MT>(smem + ((cn - c0) % S) * STAGE, X, W, N, K, mode, cn);
         cp_async_commit();
-        mma_stage<MT>(smem + ((c - c0) % S) * STAGE + h * chunk_units<F, MT>(), acc, F(), sbf, wq, lane);
+        mma_stage<MT>(smem + ((c - c0) % S) * STAGE + h * chunk_units<F, MT>(), acc, wq, lane);
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;  // uniform over the block
@@ -273,7 +269,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const vo
     extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_BF16, GEMM_MINB_BF16)                              \
     gemm_bf16_t##T(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y,            \
                    bf16_t* __restrict__ act, int N, int K, int mode) {                                           \
-        gemm_body<FmtBf16, MT>(X, W, nullptr, 0, Y, act, N, K, mode);                                             \
+        gemm_body<FmtBf16, MT>(X, W, Y, act, N, K, mode);                                                         \
     }
 // ---------------------------------------------------------------------------------------------- 4-bit weights
 // Weights as the MMA's A operand (see the top). A block: 4 warps, NB = 64 * NW W rows (warp w: m16 tiles i of rows

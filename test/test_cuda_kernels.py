@@ -459,34 +459,33 @@ def w4_random(rng, N, K, scale_dtype):
     return cp.asarray(Q), cp.asarray(SZ), i32(sbf), w
 
 
-def w4_gemm_weights(Q, SZ, scale_dtype):
-    """The 4-bit prefill GEMM's weights (QuantTensor.dequantize_bf16: (q - z) * bf16(s), rounded once to bf16) of
-    the packed arrays w4_random made."""
+def w4_quant_tensor(Q, SZ, scale_dtype):
+    """The QuantTensor the packed arrays w4_random made stand for (scale bits and zeros read back from SZ)."""
     from vla_edge_ros.model.quant import QuantTensor
 
     sz = SZ.get()
     bits = (sz & 0xFFFF).astype(np.uint16)
     scales = bf16_to_f32(bits) if scale_dtype == "bfloat16" else bits.view(np.float16).astype(np.float32)
-    qt = QuantTensor(qweight=Q.get(), scales=scales, zeros=(sz >> 16).astype(np.uint8), scale_dtype=scale_dtype,
-                     fmt="awq")
-    return qt.dequantize_bf16()
+    return QuantTensor(qweight=Q.get(), scales=scales, zeros=(sz >> 16).astype(np.uint8), scale_dtype=scale_dtype,
+                       fmt="awq")
+
+
+def w4_gemm_weights(Q, SZ, scale_dtype):
+    """The 4-bit prefill GEMM's weights (QuantTensor.dequantize_bf16: (q - z) * bf16(s), rounded once to bf16) of
+    the packed arrays w4_random made."""
+    return w4_quant_tensor(Q, SZ, scale_dtype).dequantize_bf16()
 
 
 def test_w4_device_arrays_match_the_test_packing():
     """The backend's QuantTensor -> (Q, SZ) conversion puts scale bits and zeros where the kernels read them."""
     from vla_edge_ros.cuda.backend import w4_device_arrays
-    from vla_edge_ros.model.quant import QuantTensor
 
     rng = np.random.default_rng()
     for dt in ("float16", "bfloat16"):
         Q, SZ, sbf, w = w4_random(rng, 64, 256, dt)
-        sz = SZ.get()
-        zeros = (sz >> 16).astype(np.uint8)
-        bits = (sz & 0xFFFF).astype(np.uint16)
-        scales = bf16_to_f32(bits) if dt == "bfloat16" else bits.view(np.float16).astype(np.float32)
-        qt = QuantTensor(qweight=Q.get(), scales=scales, zeros=zeros, scale_dtype=dt, fmt="awq")
+        qt = w4_quant_tensor(Q, SZ, dt)
         q2, sz2, sbf2 = w4_device_arrays(qt)
-        assert (q2 == Q.get()).all() and (sz2 == sz).all() and sbf2 == int(sbf)
+        assert (q2 == Q.get()).all() and (sz2 == SZ.get()).all() and sbf2 == int(sbf)
         assert np.array_equal(qt.dequantize(), w)
 
 

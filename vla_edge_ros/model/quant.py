@@ -58,21 +58,19 @@ class QuantTensor:
         """The unsigned 4-bit values, uint8 [out, in]."""
         return unpack_nibbles(self.qweight)
 
-    def dequantize(self) -> np.ndarray:
-        """float32 [out, in] = (q - z) * s, exact."""
+    def dequantize(self, scales: np.ndarray | None = None) -> np.ndarray:
+        """float32 [out, in] = (q - z) * s, exact (``scales``: other group scales in place of the tensor's)."""
         out, n_in = self.shape
+        s = self.scales if scales is None else scales
         q = self.q().astype(np.float32).reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
-        w = (q - self.zeros.astype(np.float32)[:, :, None]) * self.scales[:, :, None]
+        w = (q - self.zeros.astype(np.float32)[:, :, None]) * s[:, :, None]
         return w.reshape(out, n_in)
 
     def dequantize_bf16(self) -> np.ndarray:
         """float32 [out, in] holding the weights as the 4-bit prefill GEMM (kernels/gemm.cu) multiplies them on the
         tensor cores: (q - z) times the scale rounded to bf16, the product rounded once to bf16."""
-        out, n_in = self.shape
-        q = self.q().astype(np.float32).reshape(out, n_in // GROUP_SIZE, GROUP_SIZE)
-        s = bf16_to_f32(f32_to_bf16(self.scales.astype(np.float32)))
-        w = (q - self.zeros.astype(np.float32)[:, :, None]) * s[:, :, None]
-        return bf16_to_f32(f32_to_bf16(w.reshape(out, n_in)))
+        s = bf16_to_f32(f32_to_bf16(np.asarray(self.scales, np.float32)))
+        return bf16_to_f32(f32_to_bf16(self.dequantize(s)))
 
 
 def as_f32(x) -> np.ndarray:
