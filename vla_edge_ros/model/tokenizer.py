@@ -167,10 +167,39 @@ def _from_gguf(path: str) -> TextTokenizer:
                          tuple(dict.fromkeys(i for i in eos_ids if i is not None)), bos, eos, specials)
 
 
+# The last tokenizer built, by its files' identity: start-up asks twice for the same one (the prompt-length check
+# before anything is allocated, then the engine), and building a GGUF's costs ~0.45 s. One entry: the model in use.
+_LAST: dict = {}
+
+
+def _files_key(path: str) -> tuple:
+    """The files a tokenizer is built from, with their sizes and modification times (a changed file misses)."""
+    names = [path] if is_gguf(path) else [os.path.join(path, n) for n in ("tokenizer.json", "tokenizer_config.json")]
+    key = [os.path.realpath(path)]
+    for n in names:
+        try:
+            st = os.stat(n)
+            key.append((n, st.st_size, st.st_mtime_ns))
+        except OSError:
+            key.append((n, None))
+    return tuple(key)
+
+
 def load_tokenizer(path) -> TextTokenizer | None:
     """The tokenizer of the model at `path` (a GGUF file or a model directory), or None when it has none.
-    A tokenizer that is present but broken raises ModelLoadError (one line)."""
+    A tokenizer that is present but broken raises ModelLoadError (one line). The last one built is reused while
+    its files are unchanged (it is only read: encode, decode, the chat template)."""
     path = str(path)
+    key = _files_key(path)
+    if key in _LAST:
+        return _LAST[key]
+    tok = _build_tokenizer(path)
+    _LAST.clear()
+    _LAST[key] = tok
+    return tok
+
+
+def _build_tokenizer(path: str) -> TextTokenizer | None:
     if is_gguf(path):
         try:
             return _from_gguf(path)
