@@ -25,6 +25,22 @@ typedef unsigned short bf16_t;  // raw bf16 bits, as the weights are stored
 #endif
 #define PDL_ENTRY() do { PDL_TRIGGER(); PDL_WAIT(); } while (0)
 
+// Where a kernel body runs: as its own kernel (n = gridDim.x, b = blockIdx.x), or as one step of the persistent decode
+// pass (decode.cu), whose grid it shares with the other steps. How it waits for what the step before it wrote is the
+// body's Wait argument: PdlEntry as its own kernel, the pass's grid barrier in decode.cu.
+struct StepGrid {
+    unsigned n, b;  // unsigned, as gridDim.x / blockIdx.x: the same index arithmetic either way
+};
+// The Wait type also says how a body loads activations (data an earlier step wrote): ld. As its own kernel that data
+// comes from an earlier kernel, so the read-only path (__ldg) is safe; inside one persistent kernel it is not (the
+// read-only cache is not kept coherent with writes of the same kernel: dev/cuda/decode_persistent.cu loads with
+// __ldcg).
+struct PdlEntry {
+    __device__ __forceinline__ void operator()() const { PDL_ENTRY(); }
+    template <class T>
+    __device__ __forceinline__ static T ld(const T* p) { return __ldg(p); }
+};
+
 __device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ float bflo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bfhi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
@@ -161,7 +177,7 @@ __device__ __forceinline__ void warp_prefetch_rows(const bf16_t* __restrict__ W,
 // chunk, so it never occupies registers next to the weights in flight. The warp holds all K <= 256*KV values of x
 // (K a multiple of 8; chunks c >= K/8 are zero). FULL: K == 256*KV, no chunk to mask (the instances for sizes that
 // fill their segments compile without the checks: measured 2-4 % of a decode pass at 1.5B).
-template <int KV, bool FULL = true>
+template <int KV, bool FULL = true, class Ld = PdlEntry>
 __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, const bf16_t* __restrict__ ln,
                                                   int lane, int K, float eps, float (&xr)[KV][8]) {
     float ss = 0.f;
@@ -172,7 +188,7 @@ __device__ __forceinline__ float warp_load_x_norm(const float* __restrict__ x, c
         const bool ok = FULL || c < nv;
         const float4* p = (const float4*)(x + 8 * c);
         const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float4 a = ok ? __ldg(p) : z, b = ok ? __ldg(p + 1) : z;
+        const float4 a = ok ? Ld::ld(p) : z, b = ok ? Ld::ld(p + 1) : z;
         const uint4 l = ok ? __ldg((const uint4*)ln + c) : make_uint4(0, 0, 0, 0);
         const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         const float lf[8] = {bflo(l.x), bfhi(l.x), bflo(l.y), bfhi(l.y), bflo(l.z), bfhi(l.z), bflo(l.w), bfhi(l.w)};

@@ -36,14 +36,17 @@ def _nvrtc_and_include():
 NVRTC, INCLUDE = _nvrtc_and_include()
 
 
-def compile_source(path: str, arch: str, extra=(), want_ptx=False):
+def compile_source(path: str, arch: str, extra=(), want_ptx=False, names=()):
     """Compile one .cu to PTX; returns the log (and the PTX with want_ptx); raises AssertionError with the log on
-    failure."""
+    failure. ``names``: template instances to compile (NVRTC name expressions)."""
     nvrtc = NVRTC
     with open(path, "rb") as f:
         src = f.read()
     err, prog = nvrtc.nvrtcCreateProgram(src, os.path.basename(path).encode(), 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    for name in names:
+        (err,) = nvrtc.nvrtcAddNameExpression(prog, name.encode())
+        assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, (name, err)
     opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"-std=c++17",
             f"-I{INCLUDE}".encode(), f"-I{KDIR}".encode()] + [e.encode() for e in extra]
     (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
@@ -143,10 +146,10 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
 
 def test_gemv_launcher_plan_matches_the_kernel_defaults():
     """cuda/launch.py GEMV_RB / GEMV_STAGES are what kernels/gemv.cu compiles by default (rows a warp takes per
-    iteration, ring stages): the launcher's grid and shared memory depend on them."""
+    iteration, ring stages; gemv.cuh's defaults): the launcher's grid and shared memory depend on them."""
     import re
 
-    with open(os.path.join(KDIR, "gemv.cu")) as f:
+    with open(os.path.join(KDIR, "gemv.cuh")) as f:
         d = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GV_\w+) (\d+)", f.read())}
     ns = _launch_py_names("GEMV_RB", "GEMV_STAGES")
     assert ns["GEMV_RB"]["w4"] == {"qkv": d["GV_RB_W4_QKV"], "gateup": d["GV_RB_W4_PAIRS"], "proj": d["GV_RB_W4_PROJ"]}
