@@ -213,13 +213,15 @@ class CudaBackend:
             self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16
             self._gemm(self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
-    def _decode_pass(self, step: int):
+    def _decode_layers(self, q_off: int):
+        """One token (x in self.xdec) through every layer at position params[0] + q_off, its K/V written into slot
+        order[params[0] + q_off]: per layer q/k/v + norm + KV write, split-K attention, combine, o-proj + residual,
+        gate/up + norm + SwiGLU, down + residual (PDL launches)."""
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
         NQ, NKVD, D, cap = self.NQ, self.NKVD, self.D, self.capacity
-        q_off = i32(VISION_TOKENS + step)
+        q_off = i32(q_off)
         nsp = self.lay.decode_splits
         go, g, gv = self.launch, self.gemv, self.gemv_launch
-        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, H, self.xdec, run=go)
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
             gv.qkv(self.xdec, lw["ln1"], eps, self._w(lw["wqkv"]), lw["bqkv"], H, NQ, NKVD, self.qdec, kc, vc,
@@ -229,6 +231,10 @@ class CudaBackend:
             gv.proj(self.attdec, self._w(lw["wo"]), NQ, H, self.xdec, g["o"]["kv"], g["o"]["blocks"], run=go)
             gv.gateup(self.xdec, lw["ln2"], eps, self._w(lw["wgu"]), H, I, self.act, g["gateup"]["blocks"], run=go)
             gv.proj(self.act, self._w(lw["wd"]), I, H, self.xdec, g["down"]["kv"], g["down"]["blocks"], run=go)
+
+    def _decode_pass(self, step: int):
+        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, self.H, self.xdec, run=self.launch)
+        self._decode_layers(VISION_TOKENS + step)
         self._head(self.xdec, step)
 
     def _w(self, w):
@@ -248,6 +254,11 @@ class CudaBackend:
     def enqueue_decode_pass(self, step: int):
         """Enqueue decode pass ``step`` (autoregressive models) on the stream, as the graph does."""
         self._decode_pass(step)
+
+    def enqueue_decode_layers(self, q_off: int):
+        """Enqueue the layers of one decode token (x in xdec, position params[0] + q_off) alone, without the embedding
+        gather and the head (dev/cuda/decode_micro.py times them against the persistent pass)."""
+        self._decode_layers(q_off)
 
     def _stamp(self, i):
         self.launch.barrier()  # a full barrier: everything before the stamp completes before anything after
@@ -400,22 +411,10 @@ class CudaBackend:
         return self._text
 
     def _text_decode(self, pos: int):
-        """One token (its embedding row in start_dev) at position pos (slot pos) through the decode GEMV pass."""
-        H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
-        NQ, NKVD, D, cap = self.NQ, self.NKVD, self.D, self.capacity
-        go, g, gv = self.launch, self.gemv, self.gemv_launch
-        q_off = i32(0)
-        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, H, self.xdec, run=go)
-        for li, lw in enumerate(self.layers):
-            kc, vc = self.kc[li], self.vc[li]
-            gv.qkv(self.xdec, lw["ln1"], eps, self._w(lw["wqkv"]), lw["bqkv"], H, NQ, NKVD, self.qdec, kc, vc,
-                   self.order_dev, self.params_dev, q_off, cap, D, g["qkv"]["blocks"], run=go)
-            attention(self.k, self.qdec, NQ, kc, vc, self.order_dev, self.params_dev, q_off, 1, self.NKV, self.group,
-                      cap, self.cos, self.sin, 1, self.lay.decode_splits, self.part_o, self.part_ml, self.attdec,
-                      run=go)
-            gv.proj(self.attdec, self._w(lw["wo"]), NQ, H, self.xdec, g["o"]["kv"], g["o"]["blocks"], run=go)
-            gv.gateup(self.xdec, lw["ln2"], eps, self._w(lw["wgu"]), H, I, self.act, g["gateup"]["blocks"], run=go)
-            gv.proj(self.act, self._w(lw["wd"]), I, H, self.xdec, g["down"]["kv"], g["down"]["blocks"], run=go)
+        """One token (its embedding row in start_dev) at position pos (params[0] = pos; slot pos) through the decode
+        GEMV pass."""
+        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, self.H, self.xdec, run=self.launch)
+        self._decode_layers(0)
 
     def text_logits(self, token_ids, start: int, last_only: bool = False) -> np.ndarray:
         """Full-vocabulary logits (float32 [T, V], or [1, V] with last_only) of tokens token_ids at positions start ..

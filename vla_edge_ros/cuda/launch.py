@@ -41,26 +41,40 @@ class Launcher:
         self.stream = stream
         self.pdl = False
         self._prev_kernel = False
-        if pdl and int(cupy.cuda.Device().compute_capability) >= 90:
-            try:
-                from cuda.bindings import driver as drv
-            except ImportError:  # no cuda-python: plain launches, still correct
-                drv = None
-            if drv is not None and drv.cuInit(0)[0] == drv.CUresult.CUDA_SUCCESS:
+        self._drv = None
+        try:
+            from cuda.bindings import driver as drv
+        except ImportError:  # no cuda-python: plain launches, still correct (see cooperative below)
+            drv = None
+        if drv is not None and drv.cuInit(0)[0] == drv.CUresult.CUDA_SUCCESS:
+            self._drv = drv
+            coop = drv.CUlaunchAttribute()
+            coop.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            coop.value.cooperative = 1
+            self._coop = coop
+            if pdl and int(cupy.cuda.Device().compute_capability) >= 90:
                 attr = drv.CUlaunchAttribute()
                 attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
                 attr.value.programmaticStreamSerializationAllowed = 1
-                self._drv, self._attr, self.pdl = drv, attr, True
+                self._attr, self.pdl = attr, True
 
     def barrier(self) -> None:
         """The next launch waits for everything before it (a plain launch)."""
         self._prev_kernel = False
 
-    def __call__(self, name, grid, block, args, shared_mem=0, dependent=True):
-        """Launch kernel ``name``: a programmatic dependent of the previous kernel when ``dependent`` and PDL are on."""
+    def __call__(self, name, grid, block, args, shared_mem=0, dependent=True, cooperative=False):
+        """Launch kernel ``name``: a programmatic dependent of the previous kernel when ``dependent`` and PDL are on;
+        ``cooperative``: all its blocks resident at once or the launch fails (the persistent decode pass's grid
+        barriers need that; a plain launch, never PDL). Without cuda-python a cooperative kernel is launched plainly:
+        its grid is what the occupancy API says fits, so it is resident unless another context holds SMs."""
         fn = getattr(self.k, name)
         s = self.stream
-        ptr = _fn_ptr(fn) if (self.pdl and dependent and self._prev_kernel) else None
+        attrs = None
+        if cooperative and self._drv is not None:
+            attrs = [self._coop]
+        elif self.pdl and dependent and self._prev_kernel:
+            attrs = [self._attr]
+        ptr = _fn_ptr(fn) if attrs is not None else None
         if ptr is not None:
             drv = self._drv
             cargs = [_carg(a) for a in args]
@@ -72,8 +86,8 @@ class Launcher:
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(v) for v in b)
             cfg.sharedMemBytes = int(shared_mem)
             cfg.hStream = drv.CUstream(s.ptr)
-            cfg.attrs = [self._attr]
-            cfg.numAttrs = 1
+            cfg.attrs = attrs
+            cfg.numAttrs = len(attrs)
             (err,) = drv.cuLaunchKernelEx(cfg, drv.CUfunction(ptr), ctypes.addressof(ptrs), 0)
             if err != drv.CUresult.CUDA_SUCCESS:
                 raise RuntimeError(f"cuLaunchKernelEx({name}): {err}")
