@@ -2,29 +2,30 @@
 // SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache (split-K flash-decoding on the tensor cores, RoPE applied inside):
 // attn_partial_<D> and attn_combine_<D>, the instances of attention.cuh's bodies as kernels of their own (the
-// prefill, and the tests). The persistent decode pass (decode.cu) runs the same bodies as two of its steps.
+// prefill, and the tests). dev/cuda/decode_persistent.cu runs the same bodies as two steps of one persistent kernel.
 // Twin: ops.cache_attention (ops.apply_rope + ops.attention); attention.cuh describes the algorithm.
 #include "attention.cuh"
 
-#define ATT_INSTANCES(D)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(128) attn_partial_##D(                                          \
-        const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,  \
-        const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,      \
-        const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,        \
-        float* __restrict__ part_o, float* __restrict__ part_ml) {                                                \
-        __shared__ __align__(16) bf16_t Qs[ATT_ROWS][D + 8];                                                     \
-        __shared__ __align__(16) bf16_t Ks[ATT_TILE][D + 8];                                                     \
-        __shared__ __align__(16) bf16_t Vs[2][ATT_TILE][D + 8];                                                  \
-        const AttItem it{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.y, (int)gridDim.z,       \
-                         (int)threadIdx.x};                                                                       \
-        attn_partial_body<D>(it, AttOwnKernel{}, AttTiles<D>{Qs, Ks, Vs}, q, q_stride, kc, vc, order, params, q_off, T, group, cap, cosT, sinT, scale_log2,    \
-                             bidir_from, part_o, part_ml);                                                        \
-    }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(D) attn_combine_##D(                                            \
-        const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,          \
-        int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_bf) {                        \
-        __shared__ float sm[MAX_SPLITS], sl[MAX_SPLITS], sw[MAX_SPLITS];                                          \
-        attn_combine_body<D>((int)blockIdx.x, (int)threadIdx.x, AttOwnKernel{}, AttCombineSmem{sm, sl, sw}, part_o, part_ml, nrg, nsplit, T, group, out_stride, out, out_bf);                    \
+#define ATT_INSTANCES(D)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(128) attn_partial_##D(                                               \
+        const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,      \
+        const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,          \
+        const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,             \
+        float* __restrict__ part_o, float* __restrict__ part_ml) {                                                    \
+        __shared__ __align__(16) bf16_t Qs[ATT_ROWS][D + 8];                                                          \
+        __shared__ __align__(16) bf16_t Ks[ATT_TILE][D + 8];                                                          \
+        __shared__ __align__(16) bf16_t Vs[2][ATT_TILE][D + 8];                                                       \
+        const AttItem it{(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)gridDim.y, (int)gridDim.z,           \
+                         (int)threadIdx.x};                                                                           \
+        attn_partial_body<D>(it, AttOwnKernel{}, AttTiles<D>{Qs, Ks, Vs}, q, q_stride, kc, vc, order, params,         \
+                             q_off, T, group, cap, cosT, sinT, scale_log2, bidir_from, part_o, part_ml);              \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(D) attn_combine_##D(                                                 \
+        const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,              \
+        int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_bf) {                            \
+        __shared__ float sm[MAX_SPLITS], sl[MAX_SPLITS], sw[MAX_SPLITS];                                              \
+        attn_combine_body<D>((int)blockIdx.x, (int)threadIdx.x, AttOwnKernel{}, AttCombineSmem{sm, sl, sw}, part_o,   \
+                             part_ml, nrg, nsplit, T, group, out_stride, out, out_bf);                                \
     }
 
 ATT_INSTANCES(64)

@@ -1,6 +1,7 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
-// Attention bodies, included by attention.cu (their own kernels) and decode.cu (steps of the persistent decode pass).
+// Attention bodies, included by attention.cu (their own kernels) and dev/cuda/decode_persistent.cu (steps of one
+// persistent kernel).
 // GQA attention over the slot-addressed KV cache, RoPE applied inside from the position table (split-K
 // flash-decoding on the tensor cores). Twin: ops.cache_attention (ops.apply_rope + ops.attention).
 //

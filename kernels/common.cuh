@@ -25,9 +25,9 @@ typedef unsigned short bf16_t;  // raw bf16 bits, as the weights are stored
 #endif
 #define PDL_ENTRY() do { PDL_TRIGGER(); PDL_WAIT(); } while (0)
 
-// Where a kernel body runs: as its own kernel (n = gridDim.x, b = blockIdx.x), or as one step of the persistent decode
-// pass (decode.cu), whose grid it shares with the other steps. How it waits for what the step before it wrote is the
-// body's Wait argument: PdlEntry as its own kernel, the pass's grid barrier in decode.cu.
+// Where a kernel body runs: as its own kernel (n = gridDim.x, b = blockIdx.x), or as one step of a persistent kernel
+// (dev/cuda/decode_persistent.cu), whose grid it shares with the other steps. How it waits for what the step before
+// it wrote is the body's Wait argument: PdlEntry as its own kernel, a grid barrier in decode_persistent.cu.
 struct StepGrid {
     unsigned n, b;  // unsigned, as gridDim.x / blockIdx.x: the same index arithmetic either way
 };

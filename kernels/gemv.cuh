@@ -1,6 +1,7 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
-// Decode GEMV bodies (one token), included by gemv.cu (one kernel per op) and decode.cu (the persistent pass): weights [N, K] (HF [out, in]) in bf16 or 4-bit (W4A16), fp32 activations, fp32
+// Decode GEMV bodies (one token), included by gemv.cu (one kernel per op) and dev/cuda/decode_persistent.cu (steps of
+// one persistent kernel): weights [N, K] (HF [out, in]) in bf16 or 4-bit (W4A16), fp32 activations, fp32
 // accumulation. One body per op (q/k/v, gate/up, o/down projection); the weight format is a policy (Bf16W, Q4W):
 // how a lane copies its part of a row and how it dots it with x. Built for the fixed cost of small, latency-bound
 // launches inside one CUDA graph:
