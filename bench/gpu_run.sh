@@ -5,7 +5,8 @@
 # 2026-11-30 and gpu_round3.sh of 2026-12-01, whose numbers are in BENCHMARKS.md; round 3 is
 # STEPS="tests models bench sms base t15b" KINDS="awq-parallel bf16-parallel awq bf16" BREAKDOWN=1 CHUNKS=150
 # T15B_K=parallel). Steps run in the order given:
-#   STEPS="tests micro models t15b bench sms peers dmicro"  KINDS="bf16 awq bf16-parallel awq-parallel"  bash bench/gpu_run.sh
+#   STEPS="tests micro models t15b bench sms peers dmicro"  KINDS="bf16 awq bf16-parallel awq-parallel" \
+#     bash bench/gpu_run.sh
 #   PRESET=qwen2.5-0.5b | qwen2.5-1.5b (default) | qwen2.5-3b picks the shape of models / bench / sms (JSON names carry
 #   it: cb_<preset>_<kind>.json); tshape runs the slow full-depth test of that shape (0.5B, 1.5B)
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
@@ -78,7 +79,8 @@ for step in ${STEPS:-tests models bench peers}; do
     for k in ${DM_KINDS:-awq bf16}; do
       say "decode_micro $k"
       timeout 200 $PY dev/cuda/decode_micro.py --model "$M/$k" --sms "${DM_SMS:-0}" \
-        ${DM_VARIANTS:+--variants "$DM_VARIANTS"} --json "$OUT/dm_${PRESET}_$k.json" 2>&1 | grep -E "DECODE_MICRO|Error|error"
+        ${DM_VARIANTS:+--variants "$DM_VARIANTS"} --json "$OUT/dm_${PRESET}_$k.json" 2>&1 \
+        | grep -E "DECODE_MICRO|Error|error"
     done ;;
   *) echo "unknown step $step" ;;
   esac

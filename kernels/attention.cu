@@ -1,8 +1,8 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache (split-K flash-decoding on the tensor cores, RoPE applied inside):
-// attn_partial_<D> and attn_combine_<D>, the instances of attention.cuh's bodies as kernels of their own (the
-// prefill, and the tests). dev/cuda/decode_persistent.cu runs the same bodies as two steps of one persistent kernel.
+// attn_partial_<D> and attn_combine_<D>, the instances of attention.cuh's bodies as kernels of their own (the prefill
+// and the decode passes). dev/cuda/decode_persistent.cu runs the same bodies as two steps of one persistent kernel.
 // Twin: ops.cache_attention (ops.apply_rope + ops.attention); attention.cuh describes the algorithm.
 #include "attention.cuh"
 

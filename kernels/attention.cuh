@@ -172,7 +172,8 @@ __device__ __forceinline__ void stage_tile(bf16_t (*Ks)[DH + 8], bf16_t (*Vs)[DH
 
 template <int DH, class Hooks>
 __device__ __forceinline__ void attn_partial_body(
-    AttItem it, Hooks hk, AttTiles<DH> sm, const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,
+    AttItem it, Hooks hk, AttTiles<DH> sm, const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc,
+    const bf16_t* __restrict__ vc,
     const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,
     const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,
     float* __restrict__ part_o, float* __restrict__ part_ml) {
@@ -198,7 +199,8 @@ __device__ __forceinline__ void attn_partial_body(
 
     // ---- before the dependency wait: the first tile's old keys (complete before this pass began)
     if (k_begin < k_end)
-        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start), k_end,
+        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start),
+                              k_end,
                        tid);
     // the order entries of the second tile (order is constant inside the chunk): K rows kr0 + KSTEP u (16-byte
     // chunks ck and CPH + ck), V rows vr0 + VSTEP u (chunk cv)
@@ -260,7 +262,8 @@ __device__ __forceinline__ void attn_partial_body(
     }
     // ---- after the wait: the first tile's new keys (j >= q_start), written by the previous kernel
     if (k_begin < k_end && k_begin + ATT_TILE > q_start && k_end > q_start)
-        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end, k_end,
+        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end,
+                              k_end,
                        tid);
     hk.sync();
 

@@ -37,8 +37,7 @@
         const float* __restrict__ a, GV_##F##_W, int K, int N, float* __restrict__ y, int S) {                        \
         extern __shared__ __align__(16) unsigned char gv_smem[];                                                      \
         gemv_proj_body<decltype(GV_##F##_REF), KV, decltype(GV_##F##_REF)::RB_PROJ, FULL>(GV_OWN_GRID, PdlEntry{},    \
-            a, GV_##F##_REF, K, N,                                                                                    \
-                                                                                          y, S, gv_smem);             \
+            a, GV_##F##_REF, K, N, y, S, gv_smem);                                                                    \
     }
 
 // per KV: the full instances (K fills the segments) and the partial ones (suffix p)

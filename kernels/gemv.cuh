@@ -225,7 +225,8 @@ __device__ __forceinline__ GvRing<F, KV, ROWS> gv_ring(unsigned char* smem) {
 
 // q/k/v (+ input RMSNorm, + bias, k/v stored as bf16 into the token's slot). K <= 256*KV (one segment).
 template <class F, int KV, int RB, bool FULL, class Wait>
-__device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const float* __restrict__ x, const bf16_t* __restrict__ ln, float eps,
+__device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const float* __restrict__ x,
+                                              const bf16_t* __restrict__ ln, float eps,
                                               const F W, const float* __restrict__ bias, int K, int NQ, int NKVD,
                                               float* __restrict__ q_out, bf16_t* __restrict__ kc,
                                               bf16_t* __restrict__ vc, const int* __restrict__ order,
@@ -288,7 +289,8 @@ __device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const fl
 // act[i] = silu(Wg[i] . n(x)) * (Wu[i] . n(x)); W = [gate rows; up rows] ([2I, K]); RB row pairs an iteration
 // (ring rows 2r: gate, 2r + 1: up).
 template <class F, int KV, int RB, bool FULL, class Wait>
-__device__ __forceinline__ void gemv_gateup_body(StepGrid grid, Wait wait, const float* __restrict__ x, const bf16_t* __restrict__ ln,
+__device__ __forceinline__ void gemv_gateup_body(StepGrid grid, Wait wait, const float* __restrict__ x,
+                                                 const bf16_t* __restrict__ ln,
                                                  float eps, const F W, int K, int I, float* __restrict__ act,
                                                  unsigned char* smem) {
     const int lane = threadIdx.x & 31;
@@ -341,7 +343,8 @@ __device__ __forceinline__ void gemv_gateup_body(StepGrid grid, Wait wait, const
 
 // y[n] += W[n] . a (o / down projection + residual), K split into S = ceil(K / (256*KV)) segments.
 template <class F, int KV, int RB, bool FULL, class Wait>
-__device__ __forceinline__ void gemv_proj_body(StepGrid grid, Wait wait, const float* __restrict__ a, const F W, int K, int N,
+__device__ __forceinline__ void gemv_proj_body(StepGrid grid, Wait wait, const float* __restrict__ a, const F W,
+                                               int K, int N,
                                                float* __restrict__ y, int S, unsigned char* smem) {
     const int lane = threadIdx.x & 31;
     const int gw = grid.b * GV_WARPS + (threadIdx.x >> 5);

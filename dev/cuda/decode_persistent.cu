@@ -2,9 +2,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // EXPLORATION (not shipped; BENCHMARKS.md "The persistent decode pass"): the decode pass as one persistent kernel that
 // walks every layer of one decode token. Measured on the H200 (2026-12-02) it was 1.8x SLOWER than the shipped
-// kernel-per-op pass (4-bit 1.5B: 57.3 vs 31.9 us a layer): its 255 registers (the attention body's) leave 8 warps an
-// SM, and the GEMV bodies, tuned for 16, fall to ~30 us a layer; a grid barrier costs ~1 us, about what the PDL kernel
-// boundary it replaces costs. Kept, with dev/cuda/decode_micro.py, as the harness for the next attempt.
+// kernel-per-op pass (4-bit 1.5B: 57.3 vs 32.1 us a layer). A grid barrier costs ~1 us, as predicted; the steps got
+// slower: 255 registers (the attention body alone takes 245) leave 8 warps an SM, and the GEMV steps take ~39 us a
+// layer (35 even at 16 warps an SM) against 22.4 as kernels of their own, attention + combine ~12 against 8.8. Kept,
+// with dev/cuda/decode_micro.py, as the harness for the next attempt.
 // Its blocks (one an SM, all resident: a cooperative launch) run the same bodies the per-op kernels run (gemv.cuh,
 // attention.cuh), six steps a layer:
 //   q/k/v (+ norm, bias, K/V write) | attention partials | combine | o projection (+ residual) | gate/up (+ norm,
@@ -15,7 +16,8 @@
 // grid size (an acquire spin). Each step has its own counter (6 a layer, zeroed by the host before the pass), so a
 // block that skips a step (no attention item) can never be mistaken for one that finished it.
 // Data written inside the pass is read with __ldcg (the hooks' ld), never the read-only path.
-// Attention runs on warps 0-3 of a block (the bodies' 128 threads, one item a block: KV head g, split sp), the combine
+// Attention runs on warps 0-3 of a block (the body's 128 threads; items (KV head g, split sp) dealt round-robin over
+// the blocks: one each when NKV x nsplit <= blocks, as decode_micro.py picks nsplit), the combine
 // on groups of DH threads (one query head's row each); the other warps go straight to the next step.
 // Twin: the per-op kernels it is built from (kernels/gemv.cu, kernels/attention.cu); decode_micro.py compares x after
 // one pass of each variant with the shipped kernels' chain.
@@ -63,7 +65,7 @@ __device__ __forceinline__ Q4W dec_weights(Q4W*, const void* w, const unsigned* 
     return Q4W{(const unsigned*)w, s, sbf};
 }
 
-// ---- the grid barrier: arrive (release) and wait (acquire), on one counter a step ---------------------------------------
+// ---- the grid barrier: arrive (release) and wait (acquire), on one counter a step ----------------------------------
 __device__ __forceinline__ void dec_arrive(unsigned* c) {
     __syncthreads();  // every thread of the block is done with the step (its writes ordered before the release)
     if (threadIdx.x == 0) {
@@ -108,7 +110,9 @@ struct DecCombineHooks {
     int group;
     __device__ __forceinline__ void trigger() const {}
     __device__ __forceinline__ void wait() const {}
-    __device__ __forceinline__ void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(2 + group), "n"(DH) : "memory"); }
+    __device__ __forceinline__ void sync() const {
+        asm volatile("bar.sync %0, %1;" ::"r"(2 + group), "n"(DH) : "memory");
+    }
     template <class T>
     __device__ __forceinline__ static T ld(const T* p) { return __ldcg(p); }
     __device__ __forceinline__ static unsigned row_threads() { return DH; }

@@ -212,10 +212,10 @@ class Gemm:
             run(self.name, grid, (self.threads,), args, shared_mem=self.smem, dependent=False)
 
 
-# Decode GEMVs as kernels/gemv.cu compiles them: rows (gate/up: row pairs) a warp takes per iteration (GV_RB_W4_*;
-# bf16 1) and the stages of each warp's shared-memory ring (GV_NS_*). KV = 16-byte (bf16) or 4-byte (4-bit) chunks
-# per lane per K segment: q/k/v and gate/up take the whole row (the norm needs all of x); the o / down projections
-# split K into segments of at most PROJ_KV chunks.
+# Decode GEMVs as kernels/gemv.cu compiles them (gemv.cuh's defaults): rows (gate/up: row pairs) a warp takes per
+# iteration (GV_RB_W4_*; bf16 1) and the stages of each warp's shared-memory ring (GV_NS_*). KV = 16-byte (bf16) or
+# 4-byte (4-bit) chunks per lane per K segment: q/k/v and gate/up take the whole row (the norm needs all of x); the
+# o / down projections split K into segments of at most PROJ_KV chunks.
 GEMV_RB = {"bf16": {"qkv": 1, "gateup": 1, "proj": 1}, "w4": {"qkv": 1, "gateup": 1, "proj": 2}}
 GEMV_STAGES = {"bf16": 3, "w4": 4}
 PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
@@ -225,7 +225,7 @@ ATTN_HEAD_DIMS = (64, 128)  # the attn_partial_<D> / attn_combine_<D> instances 
 
 def gemv_smem_bytes(fmt: str, op: str, kv: int, rb: int, stages: int) -> int:
     """Dynamic shared memory of one GEMV block: a ring of ``stages`` iterations per warp, an iteration rb rows (gate/up:
-    2 rb), a row segment 512 kv bytes (bf16) or 32 kv words + 2 kv scale|zero words (4-bit); as gemv.cu's GvRing."""
+    2 rb), a row segment 512 kv bytes (bf16) or 32 kv words + 2 kv scale|zero words (4-bit); as gemv.cuh's GvRing."""
     row = 512 * kv if fmt == "bf16" else 4 * 34 * kv
     return GEMV_WARPS * stages * (2 * rb if op == "gateup" else rb) * row
 
