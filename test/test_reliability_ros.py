@@ -104,16 +104,19 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
         rate = len(lst.actions_between(t1, t2)) / (t2 - t1)
         assert abs(rate - 20.0) <= 2.0, f"period_ms 50 -> 20 Hz, got {rate:.1f}"
         lst.wait_for(lambda: lst.diags and float(lst.diags[-1][1]["period_ms"]) == 50.0, 5, "period in /diagnostics")
-        # margin and period together, checked against each other
-        rs = _set(client, lst.node, period_ms=20.0, safety_margin_ms=5.0)
+        # margin and period together, checked against each other. The new period is one this host keeps (the plumbing
+        # period or longer) and far from 50 ms: a faster one (20 ms) was kept on an idle 2-core box but not in a loaded
+        # CI run (32.7 actions a second instead of 50), a verdict that depended on the host's speed
+        p2 = max(plumbing_period_ms(), 70.0)
+        rs = _set(client, lst.node, period_ms=p2, safety_margin_ms=5.0)
         assert all(r.successful for r in rs), rs
         time.sleep(1.0)
         t3 = time.monotonic()
-        time.sleep(2.0)
+        time.sleep(3.0)
         rate = len(lst.actions_between(t3, time.monotonic())) / (time.monotonic() - t3)
-        assert abs(rate - 50.0) <= 5.0, f"period_ms 20 -> 50 Hz, got {rate:.1f}"
+        assert abs(rate - 1000.0 / p2) <= 0.1 * 1000.0 / p2, f"period_ms {p2:g} -> {1000.0 / p2:.1f} Hz, got {rate:.1f}"
         cyc = lst.cycles_between(t3, time.monotonic())
-        assert cyc and all(float(v["cycle_ms"]) <= 20.0 + 3.0 for _, v, _ in cyc if v["late"] == "False")
+        assert cyc and all(float(v["cycle_ms"]) <= p2 + 3.0 for _, v, _ in cyc if v["late"] == "False")
         out = node.output()
         assert "parameter change refused" in out and "parameters set at run time" in out
     finally:
