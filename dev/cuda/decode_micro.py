@@ -34,12 +34,9 @@ import cupy as cp  # noqa: E402
 
 from vla_edge_ros.cuda.backend import CudaBackend  # noqa: E402
 from vla_edge_ros.cuda.kernels import kernel_dir  # noqa: E402
-from vla_edge_ros.cuda.launch import (GEMV_RB, GEMV_STAGES, PROJ_KV, _fn_ptr, _set_max_dynamic_smem,  # noqa: E402
-                                      gemv_kv, gemv_partial, gemv_smem_bytes, proj_kv, proj_segments)
-from vla_edge_ros.eviction import make_policy  # noqa: E402
-from vla_edge_ros.kv_cache import KvCache  # noqa: E402
+from vla_edge_ros.cuda.launch import _set_max_dynamic_smem, gemv_smem_bytes  # noqa: E402
 from vla_edge_ros.model.checkpoint import load_model  # noqa: E402
-from vla_edge_ros.tools.chunk_bench import green_stream  # noqa: E402
+from vla_edge_ros.tools.chunk_bench import fill_cache, green_stream  # noqa: E402
 
 from _timing import KEEP, graph_ms  # noqa: E402
 
@@ -49,46 +46,39 @@ DEC_STEPS, DEC_THREADS = 6, 256  # decode_persistent.cu
 DEC_LAYER_FIELDS = ("ln1", "ln2", "bqkv", "wqkv", "sqkv", "wo", "so", "wgu", "sgu", "wd", "sd", "kc", "vc")
 
 
-def decode_instance(fmt: str, H: int, I: int, NQ: int, D: int) -> tuple[str, dict]:  # noqa: E741
-    """The decode_pass instance of a shape and its GEMV steps {"h" | "o" | "d": (kv, partial, segments)}: the
-    instances gemv_plan picks for the per-op kernels."""
-    steps = {"h": (gemv_kv(H), gemv_partial(H, gemv_kv(H)), 1)}
-    for key, K, name in (("o", NQ, "o"), ("d", I, "down")):
-        kv = proj_kv(K, PROJ_KV[fmt][name])
-        steps[key] = (kv, gemv_partial(K, kv), proj_segments(K, kv))
-    F = "Bf16W" if fmt == "bf16" else "Q4W"
-    args = ", ".join(f"{kv}, {'false' if part else 'true'}" for kv, part, _ in (steps["h"], steps["o"], steps["d"]))
-    return f"decode_pass<{F}, {int(D)}, {args}>", steps
+def decode_instance(be) -> str:
+    """The decode_pass instance of a backend's shape: the GEMV instances its per-op plan runs (be.gemv: kv and
+    whether the last segment is partial, for the hidden rows (q/k/v, gate/up), o and down)."""
+    F = "Bf16W" if be.weight_format == "bf16" else "Q4W"
+    steps = [be.gemv[key] for key in ("qkv", "o", "down")]
+    return f"decode_pass<{F}, {be.D}, " + ", ".join(f"{p['kv']}, {str(not p['partial']).lower()}" for p in steps) + ">"
 
 
-def decode_smem_bytes(fmt: str, steps: dict, D: int) -> int:
-    """Dynamic shared memory of a block: the largest GEMV ring, one attention body's tiles, the combine's groups."""
-    kh, ko, kd = steps["h"][0], steps["o"][0], steps["d"][0]
-    ring = max(gemv_smem_bytes(fmt, op, kv, GEMV_RB[fmt][op], GEMV_STAGES[fmt])
-               for op, kv in (("qkv", kh), ("gateup", kh), ("proj", ko), ("proj", kd)))
-    return max(ring, (64 + 3 * 32) * (D + 8) * 2, (DEC_THREADS // D) * 3 * 128 * 4)
+def decode_smem_bytes(be) -> int:
+    """Dynamic shared memory of a block: the largest GEMV ring of the plan, one attention body's tiles (attention.cuh
+    ATT_SMEM_BYTES), the combine's row groups."""
+    gv = be.gemv_launch
+    ring = max(gemv_smem_bytes(gv.fmt, op, be.gemv[key]["kv"], gv.rb[op], gv.stages)
+               for key, op in (("qkv", "qkv"), ("gateup", "gateup"), ("o", "proj"), ("down", "proj")))
+    return max(ring, (64 + 3 * 32) * (be.D + 8) * 2, (DEC_THREADS // be.D) * 3 * 128 * 4)
 
 
 class DecodePass:
     """The persistent pass of one backend's shape, compiled with ``defines`` (the -D knobs)."""
 
     def __init__(self, be, defines: dict):
-        self.expr, steps = decode_instance(be.weight_format, be.H, be.I, be.NQ, be.D)
+        self.expr = decode_instance(be)
         with open(os.path.join(HERE, "decode_persistent.cu")) as f:
             src = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + f.read()
         mod = cp.RawModule(code=src, options=("-std=c++17", f"-I{kernel_dir()}"), name_expressions=(self.expr,))
         self.fn = mod.get_function(self.expr)
         KEEP.append(mod)
-        self.smem = decode_smem_bytes(be.weight_format, steps, be.D)
+        self.smem = decode_smem_bytes(be)
         _set_max_dynamic_smem(self.fn, self.smem)
-        from cuda.bindings import driver as drv
-
-        _, per_sm = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(drv.CUfunction(_fn_ptr(self.fn)), DEC_THREADS,
-                                                                    self.smem)
-        self.blocks = be.sms * int(per_sm)
-        self.nsplit = max(1, min(be.lay.decode_splits, self.blocks // be.NKV))
-        self.s_o, self.s_d = steps["o"][2], steps["d"][2]
         be.launch.k.functions[self.expr] = self.fn  # the Launcher finds the instance by name
+        self.blocks = be.sms * be.launch.blocks_per_sm(self.expr, DEC_THREADS, fallback=1, smem=self.smem)
+        self.nsplit = max(1, min(be.lay.decode_splits, self.blocks // be.NKV))
+        self.s_o, self.s_d = be.gemv["o"]["S"], be.gemv["down"]["S"]
 
     def enqueue(self, be, table, bar, q_off):
         i = np.int32
@@ -126,18 +116,10 @@ def main():
     p.add_argument("--json")
     a = p.parse_args()
     w = load_model(a.model)
-    cfg = w.cfg
     stream, sms = green_stream(a.sms) if a.sms else (None, 0)
     be = CudaBackend(w, a.capacity, 40.0, sms=sms or None, stream=stream)
-    rng = np.random.default_rng(0)
-    kv = KvCache(a.capacity, 64, make_policy("fifo"))
-    be.load_prompt(rng.integers(0, cfg.vocab_size, 64), kv.prompt_slots)
-    frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
-    fid = 0
-    while fid < kv.frame_capacity + 2:
-        plan = kv.plan_frame(fid)
-        be.run_chunk(frame, plan, cfg.vocab_size - 1)
-        fid += 1
+    fill_cache(be, a.capacity, 64, extra_chunks=2)
+    rng = np.random.default_rng(1)
     s = be.stream
     x0 = cp.asarray(rng.standard_normal(be.H).astype(np.float32))
     table = layer_table(be)

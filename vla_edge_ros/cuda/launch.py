@@ -65,8 +65,9 @@ class Launcher:
     def __call__(self, name, grid, block, args, shared_mem=0, dependent=True, cooperative=False):
         """Launch kernel ``name``: a programmatic dependent of the previous kernel when ``dependent`` and PDL are on;
         ``cooperative``: all its blocks resident at once or the launch fails (the persistent decode pass's grid
-        barriers need that; a plain launch, never PDL). Without cuda-python a cooperative kernel is launched plainly:
-        its grid is what the occupancy API says fits, so it is resident unless another context holds SMs."""
+        barriers need that; a plain launch, never PDL). Without cuda-python (or a driver handle for the function) a
+        cooperative kernel is launched plainly: its grid is what the occupancy API says fits, so it is resident unless
+        another context holds SMs."""
         fn = getattr(self.k, name)
         s = self.stream
         attrs = None

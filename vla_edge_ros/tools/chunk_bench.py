@@ -147,14 +147,32 @@ def sms_in_use(cp, stream=None) -> int:
     return int(hit.sum())
 
 
+def fill_cache(be, capacity: int, prompt_tokens: int, extra_chunks: int):
+    """A random pinned prompt, then chunks of 8 random frames (fifo) until every frame block is used (the cache full)
+    and ``extra_chunks`` more: the state chunk_bench (and dev/cuda/decode_micro.py) measure in. Returns (KvCache, the
+    frames, the next frame id)."""
+    from ..eviction import make_policy
+    from ..kv_cache import KvCache
+
+    cfg = be.cfg
+    rng = np.random.default_rng(0)
+    kv = KvCache(capacity, prompt_tokens, make_policy("fifo"))
+    be.load_prompt(rng.integers(0, cfg.vocab_size, prompt_tokens), kv.prompt_slots)
+    frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
+    fid = 0
+    while fid < kv.frame_capacity + extra_chunks:
+        r = be.run_chunk(frames[fid % 8], kv.plan_frame(fid), cfg.vocab_size - 1)
+        kv.set_embedding(fid, r.pooled)
+        fid += 1
+    return kv, frames, fid
+
+
 def pct(a, q):
     return float(np.percentile(np.asarray(a), q))
 
 
 def main(argv=None) -> int:
     from .. import edge
-    from ..eviction import make_policy
-    from ..kv_cache import KvCache
     from ..model.checkpoint import load_model
     from .cli import add_setting_options, positive_int
 
@@ -191,17 +209,7 @@ def main(argv=None) -> int:
     cfg = w.cfg
     t0 = time.perf_counter()
     be = CudaBackend(w, a.kv_capacity_tokens, a.vram_ceiling_gb, sms=sms or None, stream=stream)
-    rng = np.random.default_rng(0)
-    kv = KvCache(a.kv_capacity_tokens, a.prompt_tokens, make_policy("fifo"))
-    be.load_prompt(rng.integers(0, cfg.vocab_size, a.prompt_tokens), kv.prompt_slots)
-    frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
-    fid = 0
-    # fill: every frame block used (cache full) + a few more chunks to warm up
-    while fid < kv.frame_capacity + 10:
-        plan = kv.plan_frame(fid)
-        r = be.run_chunk(frames[fid % 8], plan, cfg.vocab_size - 1)
-        kv.set_embedding(fid, r.pooled)
-        fid += 1
+    kv, frames, fid = fill_cache(be, a.kv_capacity_tokens, a.prompt_tokens, extra_chunks=10)
     setup_s = time.perf_counter() - t0
     host, devc, vis, pre, dec, passes, nkeys = [], [], [], [], [], [], []
     for i in range(a.chunks):
