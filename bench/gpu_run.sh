@@ -21,8 +21,8 @@
 #   base   chunk_bench of another tree (BASE, default .device/base: e.g. `git archive <rev>` carried there) per kind
 #          in KINDS, the A/B against `bench` in the same call (BREAKDOWN, SMS_BASE=<N> confines it)
 #                                                                                          -> $OUT/cb_base_<kind>.json
-#   peers  torch.compile + CUDA graphs peer (.device/peers/torch_peer.py, HEAD_ROWS=256), bf16 and WEIGHTS=int4
-#                                                                                          -> $OUT/torch_peer_*.txt
+#   peers  torch.compile + CUDA graphs peer (.device/peers/torch_peer.py, SHAPE of PRESET, HEAD_ROWS=256), bf16 and
+#          WEIGHTS=int4                                                           -> $OUT/torch_peer_<shape>_<w>.txt
 #   dmicro the persistent decode pass (dev/cuda/decode_persistent.cu) against the per-op chain, per kind in DM_KINDS
 #          (default "awq bf16"), variants DM_VARIANTS (default all), DM_SMS confines (0: whole GPU)
 #                                                                                          -> $OUT/dm_<preset>_<kind>.json
@@ -70,11 +70,13 @@ for step in ${STEPS:-tests models bench peers}; do
       cb base "$(pwd)/${BASE:-.device/base}" "$k" --chunks "$CHUNKS" $extra
     done ;;
   peers)
-    say "torch peer bf16, HEAD_ROWS=256"
-    HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS | tee "$OUT/torch_peer_bf16.txt"
-    say "torch peer int4 (tinygemm), HEAD_ROWS=256"
-    WEIGHTS=int4 HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS \
-      | tee "$OUT/torch_peer_int4.txt" ;;
+    shape=${PRESET#qwen2.5-}
+    say "torch peer bf16, SHAPE=$shape HEAD_ROWS=256"
+    SHAPE=$shape HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS \
+      | tee "$OUT/torch_peer_${shape}_bf16.txt"
+    say "torch peer int4 (tinygemm), SHAPE=$shape HEAD_ROWS=256"
+    SHAPE=$shape WEIGHTS=int4 HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS \
+      | tee "$OUT/torch_peer_${shape}_int4.txt" ;;
   dmicro)
     for k in ${DM_KINDS:-awq bf16}; do
       say "decode_micro $k"

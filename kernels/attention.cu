@@ -6,8 +6,16 @@
 // Twin: ops.cache_attention (ops.apply_rope + ops.attention); attention.cuh describes the algorithm.
 #include "attention.cuh"
 
+// ATT_MINB (undefined here): a minimum of resident partial blocks an SM (__launch_bounds__'s second argument), the
+// register cap that dev/cuda/attn_micro.py --variant measures (BENCHMARKS.md, issue 29's last call).
+#ifdef ATT_MINB
+#define ATT_PARTIAL_BOUNDS __launch_bounds__(128, ATT_MINB)
+#else
+#define ATT_PARTIAL_BOUNDS __launch_bounds__(128)
+#endif
+
 #define ATT_INSTANCES(D)                                                                                              \
-    extern "C" __global__ void __launch_bounds__(128) attn_partial_##D(                                               \
+    extern "C" __global__ void ATT_PARTIAL_BOUNDS attn_partial_##D(                                                   \
         const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc, const bf16_t* __restrict__ vc,      \
         const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,          \
         const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,             \

@@ -1,13 +1,19 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 """Prefill / decode attention micro-benchmark on the device (no model needed): kernels/attention.cu against the
-previous kernel (dev/cuda/attention_v4.cu, the round-3 tree), qwen2.5-1.5b shape (2 KV heads, group 6, D 128),
-full 4096-slot cache, 28 layers of their own random K/V (4 MB a layer, over the L2 together). Each measurement is a
+previous kernel (dev/cuda/attention_v4.cu, the round-3 tree), the qwen2.5-1.5b shape (2 KV heads, group 6, D 128;
+--shape 0.5b: group 7, D 64, 24 layers; 3b: group 8, 36 layers), full 4096-slot cache, every layer its own random K/V
+(4 MB a layer at 1.5B, over the L2 together). Each measurement is a
 captured CUDA graph of 28 layers (plain launches, as the prefill) replayed 20 times; reported per layer (median
 replay / 28): partial + combine, partial alone, combine alone. Each kernel's output (layer 0) is first checked
 against the NumPy twin (ops.apply_rope + ops.attention).
 
-  python dev/cuda/attn_micro.py [--json OUT] [--decode-splits 128,64,32] [--new-only] [--pdl]
+  python dev/cuda/attn_micro.py [--json OUT] [--decode-splits 128,64,32] [--prefill-splits auto,2,4] [--new-only]
+                                [--pdl] [--sms N] [--shape 0.5b|1.5b|3b] [--variant NAME:DEF=V[,DEF=V]] ...
+
+--sms N runs on a stream of a green context of N SMs (chunk_bench.green_stream); "auto" splits are then the backend's
+plan for N SMs (vram_plan.layout). --variant adds kernels/attention.cu compiled with those -D defines (e.g.
+minb3:ATT_MINB=3, the register cap of 3 resident blocks an SM).
 """
 from __future__ import annotations
 
@@ -29,8 +35,8 @@ from vla_edge_ros.model import ops  # noqa: E402
 
 from _timing import graph_ms, variant_kernels  # noqa: E402
 
-NKV, GROUP, D, CAP, L, SMS = 2, 6, 128, 4096, 28, 132
-NH = NKV * GROUP
+CAP = 4096
+SHAPES = {"0.5b": (2, 7, 64, 24), "1.5b": (2, 6, 128, 28), "3b": (2, 8, 128, 36)}  # KV heads, group, head dim, layers
 
 
 def bf16(rng, shape):
@@ -47,14 +53,30 @@ def main(argv=None):
     ap.add_argument("--new-only", action="store_true", help="skip the previous kernel")
     ap.add_argument("--pdl", action="store_true",
                     help="launch through cuda.launch.Launcher: PDL between the kernels, as in a decode pass")
+    ap.add_argument("--sms", type=int, default=0, help="confine to a green context of N SMs (0: the whole GPU)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="1.5b")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:DEF=V[,DEF=V]",
+                    help="kernels/attention.cu with these defines, measured beside the shipped one")
     a = ap.parse_args(argv)
+    NKV, GROUP, D, L = SHAPES[a.shape]
+    NH = NKV * GROUP
     prev = os.path.join(ROOT, "dev", "cuda", "attention_v4.cu")
     variants = {"new": variant_kernels()}
     if not a.new_only:
         variants["v4 (previous)"] = variant_kernels(replace={"attention.cu": prev}, only=["attention.cu"])
+    for spec in a.variant:
+        name, _, defs = spec.partition(":")
+        variants[name] = variant_kernels(defines=dict(d.split("=", 1) for d in defs.split(",") if d),
+                                         only=["attention.cu"])
     rng = np.random.default_rng(0)
-    stream = cp.cuda.Stream(non_blocking=True)
-    res = {}
+    if a.sms:
+        from vla_edge_ros.tools.chunk_bench import green_stream
+
+        stream, SMS = green_stream(a.sms)
+    else:
+        stream, SMS = cp.cuda.Stream(non_blocking=True), cp.cuda.Device().attributes["MultiProcessorCount"]
+    res = {"shape": a.shape, "sms": SMS}
+    print(f"ATTN_MICRO shape {a.shape}, {SMS} SMs", flush=True)
     with stream:
         kcs = [cp.asarray(bf16(rng, (NKV, CAP, D))) for _ in range(L)]
         vcs = [cp.asarray(bf16(rng, (NKV, CAP, D))) for _ in range(L)]
@@ -110,7 +132,7 @@ def main(argv=None):
                      "partial_us": graph_ms(stream, lambda: layers("attn_partial")) * 1000 / L,
                      "combine_us": graph_ms(stream, lambda: layers("attn_combine")) * 1000 / L}
                 res[f"{label} s{nsplit} | {vname}"] = r
-                print(f"{label:12s} {vname:14s} nsplit {nsplit:3d} rel_err {err:.2e}  partial+combine "
+                print(f"ATTN_MICRO {label:12s} {vname:14s} nsplit {nsplit:3d} rel_err {err:.2e}  partial+combine "
                       f"{r['both_us']:6.2f} us  partial {r['partial_us']:6.2f}  combine {r['combine_us']:6.2f} "
                       "(a layer)", flush=True)
     if a.json:
