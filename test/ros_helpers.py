@@ -148,6 +148,9 @@ class Listener:
         self.vectors: list[Float32MultiArray] = []
         self.cycles: list[tuple[float, dict, int]] = []
         self.diags: list[tuple[float, dict]] = []
+        # each /diagnostics message's header stamp (s, the publisher's clock at publication), index-aligned with diags:
+        # rates computed over it do not depend on when this process got to read the messages
+        self.diag_stamps: list[float] = []
         self.debug: list[Image] = []
         self.images: list[tuple[float, int]] = []
         self.diag_names: set[str] = set()
@@ -190,6 +193,7 @@ class Listener:
         with self.lock:
             self.diag_names.update(st.name for st in m.status)
             self.diags.append((time.monotonic(), vals))
+            self.diag_stamps.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)
 
     def subscribe_images(self, topic: str, compressed: bool, reliable: bool):
         qos = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE) if reliable else qos_profile_sensor_data
