@@ -407,14 +407,15 @@ def test_soak_20_seconds(domain, tmp_path):
     out = tmp_path / "soak"
     env = ros_env(domain, {"VLA_EDGE_CACHE": str(tmp_path / "cache")})
     period = plumbing_period_ms()
-    seconds = 20.0
+    seconds, warmup = 20.0, 5.0
     # realtime_priority: the reasoning thread at SCHED_FIFO, as BENCHMARKS.md's soaks show a busy 2-core box needs
     # (refused without the privilege, then a warning). The tool's own default verdict allows no miss at all; on CI's
     # 2 shared cores, with other tests' processes starting and stopping, one late cycle in ~1,400 was still seen
     # (37 ms, 2 of 4 full runs): this CI check allows up to 3 in 1,000 and still fails a stall or a systematic lag.
     # a 30 Hz camera: a 60 Hz replay process alone fell to ~37 Hz on a ~3x slower host
-    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", str(seconds), "--warmup", "5",
-                        "--preset", "micro", "--fps", "30", "-p", "realtime_priority:=10", "-p", f"period_ms:={period}",
+    r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", str(seconds),
+                        "--warmup", str(warmup), "--preset", "micro", "--fps", "30", "-p", "realtime_priority:=10",
+                        "-p", f"period_ms:={period}",
                         "--max-miss-rate", str(MAX_CI_MISS_RATE), "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     s = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
@@ -423,17 +424,20 @@ def test_soak_20_seconds(domain, tmp_path):
     cycles_expected = seconds * 1000.0 / period
     assert s["cycles"] > 0.8 * cycles_expected, (s["cycles"], cycles_expected)
     assert s["cycles_after_warmup"] > 0.6 * cycles_expected
-    # The model keeps running: fresh actions in at least a tenth of the cycles (a refusal stuck since the warm-up
-    # leaves ~5 %), no engine error, no non-finite output. How often it runs is the admission controller's call and
-    # depends on the host: on a loaded 2-core CI run it refused 423 of 637 cycles (chunk p50 15 ms, tail estimate
-    # ~20.5 ms against what was left of a 33 ms cycle), correctly; its admitted share is measured by
-    # test_admission.py and the slow-host runs, not here.
-    rs = s["reasons"]
-    assert rs.get("fresh", 0) >= 0.1 * s["cycles"], rs
-    assert not any(rs.get(k) for k in ("engine_error", "internal_error", "non_finite")), rs
     assert 0.6 * 30.0 <= s["camera_rate_hz"] <= 1.2 * 30.0  # the 30 Hz replay arrives, and is reported as such
     rows = (out / "samples.csv").read_text().splitlines()
     assert len(rows) >= seconds and rows[0].startswith("t_s,rss_mb,vram_mb")
+    # The model keeps running after the warm-up (model actions in at least 2 % of those cycles: a refusal stuck from
+    # the warm-up on gives none), with no engine error and no non-finite output. How often it runs is the admission
+    # controller's call and depends on the host: on a loaded 2-core CI run it refused 423 of 637 cycles (chunk p50
+    # 15 ms, tail estimate ~20.5 ms against what was left of a 33 ms cycle), correctly, and acted in 37 of the 485
+    # after the warm-up; its admitted share is measured by test_admission.py and the slow-host runs, not here.
+    head = rows[0].split(",")
+    after = [dict(zip(head, r.split(","))) for r in rows[1:]]
+    acted = sum(int(float(d["model"])) for d in after if float(d["t_s"]) > warmup)
+    rs = s["reasons"]
+    assert acted >= 0.02 * s["cycles_after_warmup"], (acted, s["cycles_after_warmup"], rs)
+    assert not any(rs.get(k) for k in ("engine_error", "internal_error", "non_finite")), rs
     assert not math.isnan(s["cycle_ms_p99"]) and s["cycle_ms_p99"] <= period
 
 
