@@ -113,6 +113,11 @@ class Layout:
     parts: dict  # weights, kv, activations, graph_workspace, total (bytes)
 
 
+def attention_splits(sms: int, nkv: int, row_groups: int) -> int:
+    """Key splits of the prefill attention: about two partial blocks an SM (kernels/attention.cu), 1..64."""
+    return max(1, min(64, round(2 * int(sms) / (nkv * row_groups))))
+
+
 def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
     NH, NKV, L = int(cfg.num_attention_heads), int(cfg.num_key_value_heads), int(cfg.num_hidden_layers)
@@ -124,7 +129,7 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     tokens = VISION_TOKENS + (ACTION_TOKENS if parallel else 0)
     rows = 48 if parallel else 32
     nrg_pre = math.ceil(tokens * group / 64)
-    prefill_splits = max(1, min(64, round(2 * int(sms) / (NKV * nrg_pre))))
+    prefill_splits = attention_splits(sms, NKV, nrg_pre)
     parts_rows = max(NKV * nrg_pre * prefill_splits, NKV * DECODE_SPLITS) * 64
     n_in, n_out = io_bytes(H, cap)
     activations = {

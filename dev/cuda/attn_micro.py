@@ -12,7 +12,7 @@ against the NumPy twin (ops.apply_rope + ops.attention).
                                 [--pdl] [--sms N] [--shape 0.5b|1.5b|3b] [--variant NAME:DEF=V[,DEF=V]] ...
 
 --sms N runs on a stream of a green context of N SMs (chunk_bench.green_stream); "auto" splits are then the backend's
-plan for N SMs (vram_plan.layout). --variant adds kernels/attention.cu compiled with those -D defines (e.g.
+plan for N SMs (vram_plan.attention_splits). --variant adds kernels/attention.cu compiled with those -D defines (e.g.
 minb3:ATT_MINB=3, the register cap of 3 resident blocks an SM).
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ import cupy as cp  # noqa: E402
 
 from vla_edge_ros.cuda.launch import Launcher, attention  # noqa: E402
 from vla_edge_ros.model import ops  # noqa: E402
+from vla_edge_ros.vram_plan import attention_splits  # noqa: E402
 
 from _timing import graph_ms, variant_kernels  # noqa: E402
 
@@ -89,7 +90,7 @@ def main(argv=None):
         for T, bidir in ((32, 32), (40, 32)):
             nrg = math.ceil(T * GROUP / 64)
             for ns in a.prefill_splits.split(","):
-                auto = max(1, min(64, round(2 * SMS / (NKV * nrg))))
+                auto = attention_splits(SMS, NKV, nrg)
                 shapes.append((f"prefill T{T}", T, bidir, auto if ns == "auto" else int(ns)))
         for ns in a.decode_splits.split(","):
             shapes.append(("decode T1", 1, 1, int(ns)))
