@@ -67,6 +67,9 @@ def generate_launch_description():
         DeclareLaunchArgument("action_topic", default_value="",
                               description="remap the command output ~/action (default /vla_edge/action), "
                                           "e.g. /cmd_vel (with action_type twist for a Twist base)"),
+        DeclareLaunchArgument("trajectory_topic", default_value="",
+                              description="remap the plan output ~/action_chunk (default /vla_edge/action_chunk), "
+                                          "e.g. /joint_trajectory_controller/joint_trajectory"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of both nodes"),
         DeclareLaunchArgument("log_level", default_value="info", description="debug | info | warn | error | fatal"),
     ] + [DeclareLaunchArgument(name, default_value="", description=f"{text} (default: from params_file)")
@@ -75,6 +78,7 @@ def generate_launch_description():
         SetParametersFromFile(LaunchConfiguration("params_file")),
         *[SetParameter(name, _value(name), condition=_given(name)) for name in PARAM_ARGS],
         SetRemap("~/action", LaunchConfiguration("action_topic"), condition=_given("action_topic")),
+        SetRemap("~/action_chunk", LaunchConfiguration("trajectory_topic"), condition=_given("trajectory_topic")),
         Node(
             package="vla_edge_ros",
             executable="vla_edge",

@@ -9,7 +9,7 @@ is scripts/launch_check.sh; this test keeps what it verified from regressing in 
   decides everything that is not given on the command line;
 * the .py and the .yaml declare the same arguments with the same defaults and treat them alike
   (booleans normalised, the action remap conditional);
-* namespace, use_sim_time, log_level and action_topic exist.
+* namespace, use_sim_time, log_level, action_topic and trajectory_topic exist.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ YAML = ROOT / "launch" / "vla_edge.launch.yaml"
 PARAMS = ("model_path", "make_tiny_model", "policy", "backend", "transport", "qos_reliability", "use_sim_time",
           "action_type", "autostart")
 BOOLS = ("make_tiny_model", "use_sim_time", "autostart")
-OTHER_ARGS = ("params_file", "image_topic", "action_topic", "namespace", "log_level")
+OTHER_ARGS = ("params_file", "image_topic", "action_topic", "trajectory_topic", "namespace", "log_level")
+REMAPS = (("~/action", "action_topic"), ("~/action_chunk", "trajectory_topic"))  # outputs a launch argument remaps
 
 
 def _yaml_entries():
@@ -75,7 +76,7 @@ def _calls(name: str) -> list[ast.Call]:
 def test_both_files_declare_the_same_arguments():
     y, p = yaml_args(), py_declared_args()
     assert set(y) == set(p) == set(PARAMS) | set(OTHER_ARGS)
-    for name in PARAMS + ("action_topic", "namespace"):
+    for name in PARAMS + ("action_topic", "trajectory_topic", "namespace"):
         assert y[name] == "" and p[name] == "", name
     assert y["log_level"] == p["log_level"] == "info"
     assert y["image_topic"] == p["image_topic"] == "/camera/image_raw"
@@ -95,8 +96,8 @@ def test_yaml_sets_a_parameter_only_when_its_argument_is_given():
         want = f"$(if $(var {name}) true false)" if name in BOOLS else f"$(var {name})"
         assert entry["value"] == want, name
     remaps = [c["set_remap"] for c in children if "set_remap" in c]
-    assert remaps == [{"from": "~/action", "to": "$(var action_topic)",
-                       "if": "$(not-equals $(var action_topic) $(var unset))"}]
+    assert remaps == [{"from": topic, "to": f"$(var {arg})", "if": f"$(not-equals $(var {arg}) $(var unset))"}
+                      for topic, arg in REMAPS]
     node = [c["node"] for c in children if "node" in c][0]
     assert "param" not in node, "a node-level param list would override the params file unconditionally"
     assert node["namespace"] == "$(var namespace)"
@@ -115,7 +116,8 @@ def test_py_sets_a_parameter_only_when_its_argument_is_given():
     set_param = _calls("SetParameter")
     assert len(set_param) == 1 and any(k.arg == "condition" for k in set_param[0].keywords)
     remap = _calls("SetRemap")
-    assert len(remap) == 1 and any(k.arg == "condition" for k in remap[0].keywords)
+    assert [r.args[0].value for r in remap] == [topic for topic, _ in REMAPS]
+    assert all(any(k.arg == "condition" for k in r.keywords) for r in remap)
     assert _calls("SetParametersFromFile")
     groups = _calls("GroupAction")
     assert len(groups) == 1

@@ -36,6 +36,7 @@ MODULE_KEYS = {
     "sensor_msgs": "sensor_msgs",
     "std_msgs": "std_msgs",
     "geometry_msgs": "geometry_msgs",
+    "trajectory_msgs": "trajectory_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
     "cv_bridge": "cv_bridge",
     "ament_index_python": "ament_index_python",

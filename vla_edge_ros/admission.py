@@ -160,11 +160,14 @@ class AdmissionController:
 
     # --- the decision ----------------------------------------------------------------------------
 
-    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0) -> Decision:
+    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0, horizon_ms: float = 0.0) -> Decision:
         """Admit a chunk started now in the cycle that ticked at ``t0`` (monotonic seconds)?
 
         ``reserve_ms`` is time the caller keeps back on top of the safety margin (the cycle's measured
-        wake-up slack), so the budget compared with the estimate is the one the chunk really gets."""
+        wake-up slack), so the budget compared with the estimate is the one the chunk really gets.
+        ``horizon_ms`` is time after this cycle in which the chunk's result is still used (action chunks: the
+        ticks its plan covers, ActionPlan.horizon_ticks); 0: it must finish inside this cycle. ``remaining_ms``
+        of the decision is this cycle's own budget either way."""
         now = self._clock()
         with self._lock:
             remaining = self.period_ms - (now - t0) * 1000.0 - self.safety_margin_ms - max(0.0, reserve_ms)
@@ -173,7 +176,7 @@ class AdmissionController:
                 reason = "busy"
             elif self._samples == 0 and self.require_warm:
                 reason = "cold"
-            elif estimate > remaining:
+            elif estimate > remaining + max(0.0, horizon_ms):
                 reason = "refused"
             else:
                 reason = "admit"

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .action_plan import ActionPlan
 from .admission import AdmissionController, PhaseTimings, check_budget
 from .contract import NonFiniteOutput
 from .constants import ACTION_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
@@ -66,6 +67,12 @@ FALLBACK_MODES = ("zero", "hold")
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
            "internal_error", "non_finite", "inactive", "instruction_change")
 FALLBACK_REASONS = tuple(r for r in REASONS if r != "fresh")  # "repeat" is a fallback until a model action exists
+SOURCES = ("model", "plan", "fallback")
+# Reasons whose tick may publish the plan's action for it (action chunks, action_plan.py): the model had no fresh
+# action, but one it planned earlier is for this tick. An instruction change (the old task's plan), a stop and the
+# cycle's own failure never do; a stale or missing frame lets the plan run out and never extends it.
+PLAN_REASONS = ("repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
+                "non_finite")
 ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")  # the rest of the fallbacks are warnings
 TWIST_COMPONENTS = 6
 
@@ -78,7 +85,7 @@ def twist_components(action: np.ndarray, twist_map, twist_scale) -> list[float]:
 
 @dataclass
 class CycleOutcome:
-    source: str  # "model" | "fallback"
+    source: str  # "model" | "plan" (an action an earlier chunk planned for this tick) | "fallback"
     reason: str  # one of REASONS
     action: np.ndarray  # float32 [8]: what the caller publishes
     stamp_ns: int | None  # capture stamp of the source frame (None before any frame)
@@ -107,6 +114,21 @@ class CycleOutcome:
     instruction: object | None = None  # the instruction.Instruction active in this cycle
     instruction_since: float | None = None  # when it took effect (monotonic s; None: since start-up)
     hold_expired: bool = False  # fallback hold: the hold ran out (hold_timeout_s), this fallback is a zero
+    # Action chunks (action_plan.py): the grid slot of this tick; for a model or plan action its index in its chunk
+    # (its age in ticks since the chunk's frame); for the first action of a newly landed chunk the ticks it landed
+    # late and its jump from the action it replaces (max |delta| over the dimensions; `boundary_replaced_plan`: the
+    # replaced action was the old plan's, not a fallback's); `plan_remaining` ticks the plan covers after this one;
+    # `plan_changed`: a chunk landed or the plan was cleared this tick (the trajectory output re-sends).
+    slot: int = 0
+    plan_age: int | None = None
+    chunk_late_ticks: int | None = None
+    boundary_jump: float | None = None
+    boundary_replaced_plan: bool = False
+    plan_remaining: int = 0
+    plan_changed: bool = False
+    # when plan_changed: the plan from this tick on, one action a tick (float32 [n, 8]; row 0 is this tick's action;
+    # empty: the plan was discarded): what ~/action_chunk sends
+    trajectory: np.ndarray | None = field(default=None, repr=False)
 
 
 HOLD_TIMEOUT_S = 0.2  # fallback hold: the last action is repeated for at most this long, then zero (a base: 0.5 s)
@@ -126,7 +148,8 @@ class ReasoningCycle:
                  period_ms: float = PERIOD_MS, safety_margin_ms: float = SAFETY_MARGIN_MS,
                  max_frame_age_ms: float = MAX_FRAME_AGE_MS,
                  fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
-                 probe_after: int = 0, hold_timeout_s: float = HOLD_TIMEOUT_S, instruction_min_cycles: int = 1):
+                 probe_after: int = 0, hold_timeout_s: float = HOLD_TIMEOUT_S, instruction_min_cycles: int = 1,
+                 plan: ActionPlan | None = None):
         if fallback not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
         check_budget(period_ms, safety_margin_ms)
@@ -141,6 +164,8 @@ class ReasoningCycle:
         self.clock = clock
         self.probe_after = int(probe_after)
         self.stats = stats if stats is not None else CycleStats()
+        self.plan = plan if plan is not None else ActionPlan(1)  # one action a chunk: no plan, today's loop
+        self._pending_slot = 0  # grid slot of the tick whose frame the pending chunk runs on
 
         self._last_seq = -1  # seq of the last frame submitted to the engine
         self._last_model: tuple[np.ndarray, int, int] | None = None  # (action, stamp_ns, frame seq)
@@ -207,6 +232,7 @@ class ReasoningCycle:
         """Forget the tick grid and the last publish time: the caller's timer starts anew (a new period, a
         node re-activated after a pause), so the time in between is neither missed ticks nor an action gap."""
         self._grid_origin = self._last_slot = self._last_publish = None
+        self.plan.clear()  # its actions were meant for slots of the old grid
 
     # --- state the caller may look at ----------------------------------------------------------------
 
@@ -243,13 +269,25 @@ class ReasoningCycle:
         tick was due on the caller's timer grid: the budget (admission, the guard's wait) and the deadline
         count from it. Without it the tick is placed on the grid of the first tick for jitter and missed
         slots, and its budget counts from `t0`."""
+        out = self._tick(t0, scheduled)
+        if out.plan_changed:
+            self._set_trajectory(out)
+        return out
+
+    def _set_trajectory(self, out: CycleOutcome) -> None:
+        """The plan from this tick on (row 0: this tick's action when it came from the plan), or empty."""
+        ahead = [a for _, a in self.plan.upcoming(out.slot + 1)]
+        rows = ([np.asarray(out.action, np.float32)] if out.plan_age is not None else []) + ahead
+        out.trajectory = np.stack(rows).astype(np.float32) if rows else np.zeros((0, ACTION_TOKENS), np.float32)
+
+    def _tick(self, t0: float | None, scheduled: float | None) -> CycleOutcome:
         if t0 is None:
             t0 = self.clock()
         self.cycles += 1
         grid_time, missed = self._place_on_grid(t0, scheduled)
         start = t0 if scheduled is None else scheduled  # where this cycle's budget starts
         out = CycleOutcome("fallback", "no_frame", self._last_action, None, -1, None, abs(t0 - grid_time) * 1000.0,
-                           t0, start + self.period_s, scheduled=start, missed_before=missed)
+                           t0, start + self.period_s, scheduled=start, missed_before=missed, slot=self._last_slot)
         if missed:
             self.stats.record_missed(missed)
         self._harvest_late(out)
@@ -264,14 +302,17 @@ class ReasoningCycle:
         if out.frame_age_ms > self.max_frame_age_ms:
             return self._fallback(out, "stale_frame")
         if frame.seq <= self._last_seq:
-            if self._last_model is None:
+            if self._last_model is None or self.plan.enabled:  # a plan is never extended by repeating its end
                 return self._fallback(out, "repeat")
             action, out.stamp_ns, out.source_seq = self._last_model
             return self._model(out, "repeat", action)
 
         slack_s = self.wake_slack_s
+        # With a plan (action chunks) a chunk need not land inside this tick: it is admitted when it lands while some
+        # of its actions are still ahead (ActionPlan.horizon_ticks); the ticks until then publish the plan.
+        horizon_ms = self.plan.horizon_ticks() * self.period_s * 1000.0
         d = self.admission.decide(start, busy=self._pending is not None or bool(self.engine.busy),
-                                  reserve_ms=slack_s * 1000.0)
+                                  reserve_ms=slack_s * 1000.0, horizon_ms=horizon_ms)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
         if d.reason == "refused" and self.probe_after > 0 and self._refusals_in_row >= self._probe_gap:
             return self._probe(out, frame)
@@ -288,9 +329,10 @@ class ReasoningCycle:
             fut = self.engine.submit(image)
             res = fut.result(timeout=max(0.0, out.wait_until - self.clock()))
         except concurrent.futures.TimeoutError:
-            # Walk away: the late result is harvested by a later tick, its action never published.
-            self._pending, self._pending_seq = fut, frame.seq
-            return self._fallback(out, "overrun")
+            # Walk away: the late result is harvested by a later tick (with a plan its actions still ahead are used,
+            # else it is discarded). A chunk admitted to land on a later tick is not an overrun: it is running.
+            self._pending, self._pending_seq, self._pending_slot = fut, frame.seq, out.slot
+            return self._fallback(out, "overrun" if d.estimate_ms <= d.remaining_ms else "busy")
         except NonFiniteOutput as e:  # the model overflowed on this frame: never an action
             self.non_finite += 1
             out.error = f"{type(e).__name__} ({e.phase}): {e}"
@@ -302,11 +344,44 @@ class ReasoningCycle:
             out.error = f"{type(e).__name__}: {e}"
             return self._fallback(out, "engine_error")
 
-        action = np.asarray(res.action, np.float32)
-        self._last_model = (action, frame.stamp_ns, frame.seq)
         out.chunk, out.timings, out.image = res, res.timings, image
         self._learn(res.timings)
+        if self.plan.enabled:
+            self._land(out, res, out.slot)
+            step = self.plan.take(out.slot)
+            self._plan_step(out, step)
+            self._last_model = (step.action, frame.stamp_ns, frame.seq)
+            return self._model(out, "fresh", step.action)
+        action = np.asarray(res.action, np.float32)
+        self._last_model = (action, frame.stamp_ns, frame.seq)
         return self._model(out, "fresh", action)
+
+    # --- the plan (action chunks) ---------------------------------------------------------------------------
+
+    def _land(self, out: CycleOutcome, res, t0_slot: int) -> None:
+        """A chunk's actions into the plan (its frame was taken on tick `t0_slot`)."""
+        actions = getattr(res, "actions", None)
+        if actions is None:
+            actions = np.asarray(res.action, np.float32)[None, :]
+        landing = self.plan.land(actions, t0_slot, out.slot)
+        out.chunk_late_ticks = landing.late_ticks
+        out.plan_changed = True
+
+    def _plan_step(self, out: CycleOutcome, step) -> None:
+        """Record where the published plan action came from; a chunk's first one also its boundary jump."""
+        out.plan_age = step.index
+        out.plan_remaining = self.plan.remaining(out.slot + 1)
+        if step.first:
+            replaced = step.replaced if step.replaced is not None else self._last_action
+            out.boundary_replaced_plan = step.replaced is not None
+            out.boundary_jump = float(np.max(np.abs(np.asarray(step.action, np.float64)
+                                                    - np.asarray(replaced, np.float64))))
+
+    def clear_plan(self, out: CycleOutcome | None = None) -> None:
+        """Discard the plan (an applied instruction change, deactivate, a blocked non-finite action)."""
+        if self.plan.clear() and out is not None:
+            out.plan_changed = True
+            out.trajectory = np.zeros((0, ACTION_TOKENS), np.float32)  # an empty trajectory: the controller stops
 
     # --- instructions -------------------------------------------------------------------------------------
 
@@ -355,7 +430,7 @@ class ReasoningCycle:
                 self._cycles_since_change = 0
                 rec.update(ok=True, applied=self.clock(), prefill_ms=ms)
                 self.instruction_since = rec["applied"]
-                self._last_model, self._last_seq = None, -1
+                self._last_model, self._last_seq = None, -1  # (the plan went at the change's first tick)
                 try:
                     self.admission.update_prompt(ms, len(instr.ids))
                 except ValueError:
@@ -380,6 +455,7 @@ class ReasoningCycle:
     def _instruction_fallback(self, out: CycleOutcome) -> bool:
         self._fallback(out, "instruction_change")
         out.action = self._last_action = np.zeros(ACTION_TOKENS, np.float32)
+        self.clear_plan(out)  # zero while a change waits or runs: the old task's plan is not carried on
         return True
 
     def finalize(self, outcome: CycleOutcome, twist_map=range(TWIST_COMPONENTS),
@@ -400,6 +476,7 @@ class ReasoningCycle:
         outcome.source, outcome.reason = "fallback", "non_finite"
         outcome.action = np.zeros(ACTION_TOKENS, np.float32)
         self._last_action = outcome.action
+        self.clear_plan(outcome)
         if self._last_model is not None and not np.isfinite(self._last_model[0]).all():
             self._last_model = None
         return [0.0] * TWIST_COMPONENTS
@@ -409,14 +486,18 @@ class ReasoningCycle:
         action (fallback `inactive`, whatever the fallback mode), and `hold` starts from zero afterwards."""
         t0 = self.clock() if t0 is None else t0
         self._last_action = np.zeros(ACTION_TOKENS, np.float32)
-        return CycleOutcome("fallback", "inactive", self._last_action, stamp_ns, -1, None, 0.0, t0, t0 + self.period_s,
-                            scheduled=t0)
+        out = CycleOutcome("fallback", "inactive", self._last_action, stamp_ns, -1, None, 0.0, t0, t0 + self.period_s,
+                           scheduled=t0)
+        self.clear_plan(out)  # the plan dies with the lifecycle: activate starts without one
+        return out
 
     def internal_error_outcome(self, t0: float, error: BaseException, stamp_ns: int | None = None) -> CycleOutcome:
-        """The caller's last resort when `tick` itself raised: a zero action, reason `internal_error`."""
+        """The caller's last resort when `tick` itself raised: a zero action, reason `internal_error`, no plan."""
         self._last_action = np.zeros(ACTION_TOKENS, np.float32)
-        return CycleOutcome("fallback", "internal_error", self._last_action, stamp_ns, -1, None, 0.0, t0,
-                            t0 + self.period_s, scheduled=t0, error=f"{type(error).__name__}: {error}")
+        out = CycleOutcome("fallback", "internal_error", self._last_action, stamp_ns, -1, None, 0.0, t0,
+                           t0 + self.period_s, scheduled=t0, error=f"{type(error).__name__}: {error}")
+        self.clear_plan(out)
+        return out
 
     def record_published(self, outcome: CycleOutcome, t_publish: float | None = None) -> bool:
         """Record a published outcome in `stats`; returns True if it was late (after the deadline)."""
@@ -432,7 +513,8 @@ class ReasoningCycle:
             self._publish_lags.append((t_publish, t_publish - outcome.wait_until))
         self.stats.record(outcome.source, outcome.reason, late, (t_publish - start) * 1000.0,
                           chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
-                          jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms)
+                          jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms, plan_age=outcome.plan_age,
+                          boundary_jump=outcome.boundary_jump if outcome.boundary_replaced_plan else None)
         return late
 
     # --- helpers --------------------------------------------------------------------------------------
@@ -449,7 +531,7 @@ class ReasoningCycle:
         x = (ref - self._grid_origin) / self.period_s
         slot = int(round(x)) if scheduled is not None else int(np.floor(x + 0.01))
         missed = max(0, slot - self._last_slot - 1)
-        self._last_slot = max(self._last_slot, slot)
+        self._last_slot = max(self._last_slot, slot)  # the tick's slot (the plan's clock): never backwards
         return (ref if scheduled is not None else self._grid_origin + slot * self.period_s), missed
 
     def _harvest_late(self, out: CycleOutcome) -> None:
@@ -472,6 +554,8 @@ class ReasoningCycle:
             return
         if probe_budget is not None:
             self._next_probe_gap(fitted=res.timings.total_ms <= probe_budget)
+        elif self.plan.enabled:  # its actions still ahead become the plan (a probe's are never used)
+            self._land(out, res, self._pending_slot)
         self.late_results += 1
         out.late_chunk = res
         self._learn(res.timings)
@@ -517,7 +601,20 @@ class ReasoningCycle:
     def _fallback(self, out: CycleOutcome, reason: str) -> CycleOutcome:
         """A fallback: zero, or (``hold``) the last action again for at most ``hold_timeout_s`` from the first
         fallback of the spell, then zero (``hold_expired``, counted once a spell): a camera that is gone never
-        keeps the robot driving blind for longer than that."""
+        keeps the robot driving blind for longer than that.
+
+        With a plan (action chunks) a tick of a PLAN_REASONS reason publishes the plan's action for it instead
+        (source `plan`, the reason kept); the first action of a chunk that landed late this tick is the model's
+        (`fresh`)."""
+        if self.plan.enabled and reason in PLAN_REASONS:
+            step = self.plan.take(out.slot)
+            if step is not None:
+                self._plan_step(out, step)
+                if step.first:  # out.late_chunk is that chunk
+                    return self._model(out, "fresh", step.action)
+                out.source, out.reason, out.action = "plan", reason, step.action
+                self._last_action, self._hold_since = step.action, None
+                return out
         out.source, out.reason = "fallback", reason
         if self.fallback != "hold":
             out.action = np.zeros(ACTION_TOKENS, np.float32)

@@ -22,7 +22,8 @@ from .image_convert import DROP_KINDS
 from .instruction import summary
 
 QUANTILES = ("p50", "p95", "p99", "max")
-LATENCIES = ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms")
+LATENCIES = ("cycle_ms", "chunk_ms", "timer_jitter_ms", "frame_age_ms", "action_gap_ms", "plan_age_ticks",
+             "boundary_jump")  # the last two: action chunks (ticks; action units)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class LoopRecord:
 
     cycles: int
     model_actions: int
+    plan_actions: int  # ticks that published the plan's action for them (action chunks)
+    acting_share: float  # (model + plan actions) / cycles
     fresh_actions: int
     repeats: int  # repeats of a model action (a "repeat" before any model action is a fallback)
     fallbacks: dict  # reason -> count, every cycle.FALLBACK_REASONS
@@ -74,6 +77,8 @@ class LoopRecord:
     timer_jitter_ms: Quantiles
     frame_age_ms: Quantiles
     action_gap_ms: Quantiles
+    plan_age_ticks: Quantiles
+    boundary_jump: Quantiles
     ema: dict  # admission.AdmissionController.snapshot()
     admission_decisions: dict  # decide() reasons -> count
     kv_capacity_tokens: int
@@ -91,6 +96,7 @@ class LoopRecord:
     period_ms: float
     admission_warning: str | None = None
     instruction: dict | None = field(default=None)  # Runtime.instruction_values(), None without a tokenizer
+    plan: dict = field(default_factory=dict)  # Runtime.plan_values(): K, chunk_execute, the blend, landing counts
 
     @property
     def overruns(self) -> int:
@@ -103,7 +109,8 @@ class LoopRecord:
     def values(self) -> dict:
         """The reasoning key-values of /diagnostics."""
         r: dict = {
-            "cycles": self.cycles, "model_actions": self.model_actions,
+            "cycles": self.cycles, "model_actions": self.model_actions, "plan_actions": self.plan_actions,
+            "plan_share": self.plan_actions / max(1, self.cycles), "acting_share": self.acting_share,
             "deadline_miss_rate": self.deadline_miss_rate, "deadline_misses": self.deadline_misses,
             "missed_ticks": self.missed_ticks, "late_publishes": self.late_publishes,
             "overruns": self.overruns, "overrun_rate": self.overrun_rate,
@@ -134,27 +141,30 @@ class LoopRecord:
             r["admission_warning"] = self.admission_warning
         if self.instruction is not None:
             r.update(self.instruction)
+        r.update(self.plan)
         return r
 
     def report(self) -> dict:
         """The loop section of a vla-edge-bench run (report.json): counts, rates, quantiles, limits, admission."""
-        skip = {"ema", "admission_decisions", "wake_slack_ms", "instruction", *LATENCIES}
+        skip = {"ema", "admission_decisions", "wake_slack_ms", "instruction", "plan", *LATENCIES}
         r = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         r["fallbacks"] = {reason: self.fallbacks.get(reason, 0) for reason in FALLBACK_REASONS}
         r.update({name: getattr(self, name).as_dict() for name in LATENCIES})
         r["admission"], r["admission_decisions"] = dict(self.ema), dict(self.admission_decisions)
         r["wake_slack_ms_end"] = self.wake_slack_ms
         r["instruction"] = self.instruction
+        r["plan"] = dict(self.plan)
         return r
 
 
 def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend: str, peak_vram_bytes,
-                admission_warning: str | None, instruction: dict | None) -> LoopRecord:
+                admission_warning: str | None, instruction: dict | None, plan: dict | None = None) -> LoopRecord:
     """The record of a running loop from its parts (Runtime.record passes its own)."""
     st, s = cycle.stats, cycle.stats.summary()
     es = engine_stats
     return LoopRecord(
-        cycles=s["cycles"], model_actions=s["model_actions"], fresh_actions=s["reasons"].get("fresh", 0),
+        cycles=s["cycles"], model_actions=s["model_actions"], plan_actions=s["plan_actions"],
+        acting_share=s["acting_share"], fresh_actions=s["reasons"].get("fresh", 0),
         repeats=s["repeats"], fallbacks={r: s["fallbacks"].get(r, 0) for r in FALLBACK_REASONS},
         deadline_misses=s["deadline_misses"], deadline_miss_rate=s["deadline_miss_rate"],
         missed_ticks=s["missed_ticks"], late_publishes=s["late_publishes"], overrun_rate=s["overrun_rate"],
@@ -171,7 +181,7 @@ def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend
         prompt_tokens=es.get("prompt_tokens", "n/a"), policy=settings.policy, backend=backend,
         weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"),
         peak_vram_bytes=peak_vram_bytes, vram_ceiling_gb=settings.vram_ceiling_gb, period_ms=settings.period_ms,
-        admission_warning=admission_warning, instruction=instruction)
+        admission_warning=admission_warning, instruction=instruction, plan=dict(plan or {}))
 
 
 CAMERA_PROCESS_KEYS = ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
@@ -245,9 +255,10 @@ class CameraRecord:
 
 
 def cycle_level(out: CycleOutcome) -> str:
-    """OK for a model action, ERROR for an overrun, an engine error, an internal error or a blocked non-finite
-    action, WARN for any other fallback."""
-    if out.source == "model":
+    """OK for a model action and for a plan action (action chunks: the model planned it for this tick), ERROR for
+    an overrun, an engine error, an internal error or a blocked non-finite action (with or without a plan action),
+    WARN for any other fallback."""
+    if out.source == "model" or (out.source == "plan" and out.reason not in ERROR_REASONS):
         return "OK"
     return "ERROR" if out.reason in ERROR_REASONS else "WARN"
 
@@ -269,7 +280,13 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
         "remaining_ms": out.remaining_ms if out.remaining_ms is not None else nan,
         "estimate_ms": out.estimate_ms if out.estimate_ms is not None else nan,
         "probe": out.probe, "clamped": out.clamped, "hold_expired": out.hold_expired,
+        "slot": out.slot, "plan_age": out.plan_age if out.plan_age is not None else -1,
+        "plan_remaining": out.plan_remaining,
     }
+    if out.chunk_late_ticks is not None:  # a chunk landed this tick, this many ticks after its frame's
+        vals["chunk_late_ticks"] = out.chunk_late_ticks
+    if out.boundary_jump is not None:
+        vals["boundary_jump"] = out.boundary_jump
     t = out.timings
     vals.update(vision_ms=t.vision_ms if t else nan, prefill_ms=t.prefill_ms if t else nan,
                 decode_ms=t.decode_ms if t else nan, chunk_ms=t.total_ms if t else nan)
@@ -309,7 +326,7 @@ class Rollup:
     def level(self, r: LoopRecord, warning: str | None) -> tuple[str, str]:
         counts = {"cycles": r.cycles, "overruns": r.overruns, "engine_errors": r.engine_errors,
                   "non_finite": r.non_finite_blocked, "misses": r.deadline_misses, "missed": r.missed_ticks,
-                  "fallbacks": sum(r.fallbacks.values()), "clamped": r.clamped}
+                  "fallbacks": sum(r.fallbacks.values()), "clamped": r.clamped, "plan": r.plan_actions}
         d = {k: v - self._prev.get(k, 0) for k, v in counts.items()}
         self._prev = counts
         if d["overruns"] or d["engine_errors"] or d["non_finite"] or d["misses"]:
@@ -323,7 +340,8 @@ class Rollup:
         elif d["cycles"] == 0:
             lvl, msg = "ERROR", "no cycles"
         else:
-            lvl, msg = "OK", f"{d['cycles']} cycles, all from the model"
+            lvl, msg = "OK", f"{d['cycles']} cycles, all from the model" + (
+                f" ({d['plan']} from its plan)" if d["plan"] else "")
         if d["clamped"]:  # the limits doing their job: said, not a fault
             msg += f"; {d['clamped']} command components clamped to the velocity / acceleration limits"
         if warning:

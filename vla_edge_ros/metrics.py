@@ -21,7 +21,7 @@ import numpy as np
 
 from .gpu import cupy_with_gpu
 
-SOURCES = ("model", "fallback")
+SOURCES = ("model", "plan", "fallback")  # cycle.SOURCES: plan = an action an earlier chunk planned for this tick
 
 
 class LatencyStats:
@@ -81,9 +81,12 @@ class CycleStats:
         self.timer_jitter_ms = LatencyStats(window)  # |actual tick - scheduled tick|
         self.frame_age_ms = LatencyStats(window)  # tick - frame receive time
         self.action_gap_ms = LatencyStats(window)  # between consecutive published actions
+        self.plan_age_ticks = LatencyStats(window)  # plan actions: ticks since their chunk's frame
+        self.boundary_jump = LatencyStats(window)  # a new chunk's first action vs the old plan's for that tick
         self._lock = threading.Lock()
         self._cycles = 0
         self._model_actions = 0
+        self._plan_actions = 0
         self._fallbacks: dict[str, int] = {}
         self._reasons: dict[str, int] = {}
         self._late = 0
@@ -98,14 +101,20 @@ class CycleStats:
         chunk_ms: float | None = None,
         jitter_ms: float | None = None,
         frame_age_ms: float | None = None,
+        plan_age: int | None = None,
+        boundary_jump: float | None = None,
     ) -> None:
-        """One cycle. ``late``: its action was published after the deadline; None latencies are skipped."""
+        """One cycle. ``late``: its action was published after the deadline; None latencies are skipped.
+        ``plan_age``: a plan action's ticks since its chunk's frame; ``boundary_jump``: a new chunk's first action
+        against the old plan's action it replaced (max |delta|)."""
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         with self._lock:
             self._cycles += 1
             if source == "model":
                 self._model_actions += 1
+            elif source == "plan":
+                self._plan_actions += 1
             else:
                 self._fallbacks[reason] = self._fallbacks.get(reason, 0) + 1
             self._reasons[reason] = self._reasons.get(reason, 0) + 1
@@ -118,6 +127,10 @@ class CycleStats:
             self.timer_jitter_ms.add(jitter_ms)
         if frame_age_ms is not None:
             self.frame_age_ms.add(frame_age_ms)
+        if plan_age is not None and source == "plan":
+            self.plan_age_ticks.add(plan_age)
+        if boundary_jump is not None:
+            self.boundary_jump.add(boundary_jump)
 
     def record_missed(self, ticks: int) -> None:
         """Ticks that never ran (a stalled process, a callback held up past a whole period): each one is
@@ -132,6 +145,7 @@ class CycleStats:
         with self._lock:
             cycles = self._cycles
             model_actions = self._model_actions
+            plan_actions = self._plan_actions
             fallbacks = dict(self._fallbacks)
             reasons = dict(self._reasons)
             late = self._late
@@ -145,6 +159,9 @@ class CycleStats:
         return {
             "cycles": cycles,
             "model_actions": model_actions,
+            "plan_actions": plan_actions,
+            "plan_share": rate(plan_actions),
+            "acting_share": rate(model_actions + plan_actions),  # ticks with a model or a plan action
             "fallbacks": fallbacks,
             "reasons": reasons,
             "repeats": reasons.get("repeat", 0) - fallbacks.get("repeat", 0),  # repeats of a model action
@@ -153,13 +170,31 @@ class CycleStats:
             "late_publishes": late,
             "missed_ticks": missed,
             "overrun_rate": rate(reasons.get("overrun", 0)),
-            "fallback_rate": rate(cycles - model_actions),
+            "fallback_rate": rate(cycles - model_actions - plan_actions),
             "cycle_ms": self.cycle_ms.percentiles(),
             "chunk_ms": self.chunk_ms.percentiles(),
             "timer_jitter_ms": self.timer_jitter_ms.percentiles(),
             "frame_age_ms": self.frame_age_ms.percentiles(),
             "action_gap_ms": self.action_gap_ms.percentiles(),
+            "plan_age_ticks": self.plan_age_ticks.percentiles(),
+            "boundary_jump": self.boundary_jump.percentiles(),
         }
+
+
+def command_smoothness(actions, boundaries, period_s: float) -> dict:
+    """How smooth a published action series is (action chunks, DESIGN.md §17): `actions` [n, D] one row a tick,
+    `boundaries` the boundary jumps measured where a new chunk's first action replaced the old plan's (max |delta|
+    over the dimensions), `period_s` the tick. Jerk is the third difference of consecutive ticks / period^3 (action
+    units / s^3; the largest dimension a tick), reported as its RMS and maximum."""
+    a = np.asarray(actions, np.float64).reshape(len(actions), -1) if len(actions) else np.zeros((0, 1))
+    jerk = np.abs(np.diff(a, n=3, axis=0)).max(axis=1) / period_s ** 3 if len(a) > 3 else np.zeros(0)
+    b = np.asarray([x for x in boundaries if x is not None], np.float64)
+    return {"boundaries": int(b.size),
+            "boundary_jump_mean": float(b.mean()) if b.size else None,
+            "boundary_jump_p99": float(np.percentile(b, 99)) if b.size else None,
+            "boundary_jump_max": float(b.max()) if b.size else None,
+            "jerk_rms": float(np.sqrt(np.mean(jerk ** 2))) if jerk.size else None,
+            "jerk_max": float(jerk.max()) if jerk.size else None}
 
 
 class GcPauses:

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from .action_plan import ActionPlan, check_plan_settings
 from .admission import AdmissionController
 from .command_limits import CommandLimiter
 from .contract import NonFiniteOutput
@@ -180,11 +181,12 @@ class Runtime:
             for t in timings[1:] if len(timings) > 1 else timings:
                 admission.update(t)
             settle_after_warmup()
+            plan = ActionPlan(engine_action_chunk(engine), s.chunk_execute, s.chunk_blend, s.chunk_blend_weight)
             cycle = ReasoningCycle(engine, frame_buffer, admission, period_ms=s.period_ms,
                                    safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                                    fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
                                    stats=stats, hold_timeout_s=s.hold_timeout_s,
-                                   instruction_min_cycles=s.instruction_min_interval_cycles)
+                                   instruction_min_cycles=s.instruction_min_interval_cycles, plan=plan)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
             fit = s.kv_capacity_tokens - min_capacity(len(getattr(engine, "prompt_ids", ())))
@@ -208,7 +210,7 @@ class Runtime:
     def resume(self) -> None:
         """Before the first step after a pause (activate): the time in between is neither missed ticks nor an
         action gap (the tick grid restarts), and the first command ramps from rest (the limits start from zero)."""
-        self.cycle.reset_schedule()
+        self.cycle.reset_schedule()  # also discards the plan: its ticks were on the old grid
         self.limiter.reset()
 
     # --- the cycle ---------------------------------------------------------------------------------------
@@ -289,11 +291,26 @@ class Runtime:
         if {"velocity_limits", "acceleration_limits", "period_ms", "base_command_timeout_s"} & set(changes):
             self.limiter.configure(s.velocity_limits, s.acceleration_limits, max_step_s=s.period_ms / 1000.0,
                                    base_timeout_s=s.base_command_timeout_s)
+        if {"chunk_execute", "chunk_blend", "chunk_blend_weight"} & set(changes):  # checked: check_plan_change
+            self.cycle.plan.configure(s.chunk_execute, s.chunk_blend, s.chunk_blend_weight)
         if "instruction" in changes:  # checked by the caller before it accepted the value (check_instruction)
             try:
                 self.set_instruction(s.instruction, "parameter")
             except InstructionError:
                 pass  # counted and kept in instruction_last_refusal
+
+    def check_plan_change(self, changes: dict) -> str | None:
+        """Why a run-time change of the plan's settings is impossible for this model (chunk_execute > K), or None."""
+        s, plan = self.settings, self.cycle.plan
+        v = {k: changes.get(k, getattr(s, k)) for k in ("chunk_execute", "chunk_blend", "chunk_blend_weight")}
+        problems = check_plan_settings(v["chunk_execute"], v["chunk_blend"], v["chunk_blend_weight"], plan.chunk)
+        return "; ".join(problems) or None
+
+    def plan_values(self) -> dict:
+        """The plan's settings and counters (/diagnostics, the bench report)."""
+        plan = self.cycle.plan
+        return {"action_chunk": plan.chunk, "chunk_execute": plan.execute, "chunk_blend": plan.blend,
+                "chunk_blend_weight": plan.weight, **plan.stats()}
 
     def check_instruction(self, text) -> str | None:
         """Why `text` would be refused as the instruction (nothing changes), or None."""
@@ -322,7 +339,8 @@ class Runtime:
         peaks = [int(x) for x in (self.vram.peak_bytes, es.get("peak_vram_bytes")) if x is not None]
         return loop_record(self.cycle, self.limiter, self.admission, es, self.settings, self.backend_name,
                            max(peaks) if peaks else None, self.deadline_warning,
-                           self.instruction_values() if getattr(self.engine, "prompts", None) is not None else None)
+                           self.instruction_values() if getattr(self.engine, "prompts", None) is not None else None,
+                           self.plan_values())
 
     def retained_frame_ids(self) -> list[int]:
         """The frame ids the KV cache holds now, oldest first (the bench's history coverage)."""
@@ -380,7 +398,29 @@ def resolve_model(model_path: str | None, settings) -> str:
     values = validate_reasoning(values)
     path = values["model_path"] or generated_model("tiny", 0)  # validate_reasoning: empty only with make_tiny_model
     validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path))
+    problems = check_plan_settings(values["chunk_execute"], values["chunk_blend"], values["chunk_blend_weight"],
+                                   model_action_chunk(path))
+    if problems:
+        from .settings import ParamError
+
+        raise ParamError("; ".join(problems))
     return path
+
+
+def model_action_chunk(path: str) -> int:
+    """The actions a chunk of the model at `path` plans (its vla_action_chunk; 1 when its config cannot be read:
+    loading reports that)."""
+    from .model.checkpoint import load_config
+
+    try:
+        return int(getattr(load_config(path), "action_chunk", 1))
+    except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
+        return 1
+
+
+def engine_action_chunk(engine) -> int:
+    """The actions one chunk of `engine` plans (1: the engine predates action chunks or the model plans one)."""
+    return int(getattr(engine, "action_chunk", 1) or 1)
 
 
 def _make_engine(factory, model_path: str, s, weights):

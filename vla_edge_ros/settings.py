@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .action_plan import BLEND_WEIGHT, BLENDS, MAX_ACTION_CHUNK
 from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
 from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
@@ -53,6 +54,7 @@ class Spec:
 TRANSPORTS = ("raw", "compressed")
 ACTION_STAMPS = ("now", "frame")
 ACTION_TYPES = ("twist_stamped", "twist")
+CHUNK_FIELDS = ("positions", "velocities")  # where ~/action_chunk's JointTrajectoryPoint carries the actions
 # Conservative REP-103 defaults for a base driven by a model nobody has tuned yet: m/s for linear x, y, z and rad/s for
 # angular x, y, z (a TurtleBot3 tops out at 0.22 m/s, 2.84 rad/s; Nav2's velocity smoother defaults to 0.5, 2.0).
 VELOCITY_LIMITS = [0.25, 0.25, 0.25, 0.5, 0.5, 0.5]
@@ -94,6 +96,18 @@ REASONING_SPECS: tuple[Spec, ...] = (
          "from the first fallback of a spell (a camera gone, refusals), then the fallback is zero until the model "
          "acts again (counted: holds_expired). Keep it well under the base's command timeout.", 0.0, 10.0,
          tunable=True),
+    Spec("chunk_execute", 0, "Action chunks (a model with vla_action_chunk K > 1): how many of a chunk's K actions "
+         "may run, one a tick from the tick of its frame, before the plan is stale; 0: all K. Must be <= K "
+         "(checked at configure). A refused, busy or late tick publishes the plan's action for it (source plan); a "
+         "chunk that lands d ticks late skips its first d actions.", 0, MAX_ACTION_CHUNK, tunable=True),
+    Spec("chunk_blend", "latest", "Action chunks: on ticks the old plan still covers when a new chunk lands, "
+         "latest (the new chunk's action) | weighted (chunk_blend_weight * new + (1 - chunk_blend_weight) * old).",
+         choices=BLENDS, tunable=True),
+    Spec("chunk_blend_weight", BLEND_WEIGHT, "Action chunks, chunk_blend weighted: the new chunk's weight on "
+         "overlapping ticks.", 0.0, 1.0, tunable=True),
+    Spec("action_chunk_field", "positions", "~/action_chunk (trajectory_msgs/JointTrajectory, the plan from this "
+         "tick on, one point a period): the actions go in positions | velocities of each point.",
+         choices=CHUNK_FIELDS),
     Spec("action_low", -1.0, "Value of the lowest action bin.", -1e6, 1e6, configure_time=True),
     Spec("action_high", 1.0, "Value of the highest action bin (must be > action_low).", -1e6, 1e6,
          configure_time=True),

@@ -1,7 +1,8 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""The reasoning node's control output (DESIGN.md §8): ``~/action`` (TwistStamped or Twist, ``action_type``) and
-``~/action_vector`` (Float32MultiArray, every action dimension labelled in layout.dim), both lifecycle publishers:
+"""The reasoning node's control output (DESIGN.md §8, §17): ``~/action`` (TwistStamped or Twist, ``action_type``),
+``~/action_vector`` (Float32MultiArray, every action dimension labelled in layout.dim) and, for a model with action
+chunks, ``~/action_chunk`` (trajectory_msgs/JointTrajectory: the plan from this tick on), all lifecycle publishers:
 silent unless the node is active."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from ..settings import ParamError
 
@@ -45,6 +47,10 @@ class ActionOutput:
         except (ParameterException, RuntimeError, ValueError, TypeError) as e:
             raise ParamError(f"qos_overrides for {node.resolve_topic_name('~/action')}: {one_line(e)}") from None
         self.pub_vector = node.create_lifecycle_publisher(Float32MultiArray, "~/action_vector", reliable)
+        # the plan as a trajectory, re-sent whenever a chunk lands or the plan is discarded (an empty one: a
+        # joint_trajectory_controller stops); joint names are the action dimensions' labels
+        self.pub_chunk = node.create_lifecycle_publisher(JointTrajectory, "~/action_chunk", reliable)
+        self.trajectories_sent = 0
 
     @property
     def topic_name(self) -> str:
@@ -80,4 +86,32 @@ class ActionOutput:
         vec.layout.dim = self._dims
         vec.data = [float(x) for x in np.asarray(out.action, np.float32)]
         self.pub_vector.publish(vec)
+        if out.trajectory is not None:
+            self.pub_chunk.publish(self.trajectory(out))
+            self.trajectories_sent += 1
         return t_pub
+
+    def trajectory(self, out) -> JointTrajectory:
+        """``out.trajectory`` as a JointTrajectory: point k at time_from_start k x period, header.stamp the tick
+        of point 0 (this node's clock at the scheduled tick), the values in positions or velocities
+        (``action_chunk_field``). The plan's values are the action dimensions before twist_map / the command limits,
+        as ~/action_vector carries them."""
+        p = self.node.p
+        msg = JointTrajectory()
+        clock_now = self.node.get_clock().now().nanoseconds
+        since_tick = max(0.0, time.monotonic() - (out.scheduled if out.scheduled is not None else out.t0))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(max(0, clock_now - int(since_tick * 1e9)),
+                                                                1_000_000_000)
+        msg.header.frame_id = p.action_frame_id
+        msg.joint_names = [str(x) for x in p.action_labels]
+        period_ns = int(round(p.period_ms * 1e6))
+        for k, row in enumerate(np.asarray(out.trajectory, np.float32)):
+            pt = JointTrajectoryPoint()
+            values = [float(x) for x in row]
+            if p.action_chunk_field == "velocities":
+                pt.velocities = values
+            else:
+                pt.positions = values
+            pt.time_from_start.sec, pt.time_from_start.nanosec = divmod(k * period_ns, 1_000_000_000)
+            msg.points.append(pt)
+        return msg

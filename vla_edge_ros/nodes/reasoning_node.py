@@ -88,7 +88,7 @@ class ReasoningNode(LifecycleNode):
         self.status_prefix = self.get_fully_qualified_name().lstrip("/")
         self.gc_pauses = GcPauses().install()  # every collection's pause, in /diagnostics
 
-        self.action = ActionOutput(self)  # ~/action, ~/action_vector (silent unless active)
+        self.action = ActionOutput(self)  # ~/action, ~/action_vector, ~/action_chunk (silent unless active)
         self.pub_cycle = self.create_publisher(DiagnosticStatus, "~/cycle",
                                                QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE))
         self.diagnostics = DiagnosticsOutput(self)  # /diagnostics
@@ -98,6 +98,7 @@ class ReasoningNode(LifecycleNode):
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
                                configured=lambda: self.lifecycle_state != "unconfigured")
         self.instructions = InstructionInput(self, lambda: self.runtime)  # ~/instruction and the parameter's check
+        self.add_on_set_parameters_callback(self._check_plan_params)  # chunk_execute against the model's K
         self._guard_change_state_service()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -284,6 +285,16 @@ class ReasoningNode(LifecycleNode):
         self.lifecycle_state = "finalized"
 
     # --- run-time parameters -------------------------------------------------------------------------------
+
+    def _check_plan_params(self, params):
+        """Refuse a run-time plan setting the loaded model cannot take (chunk_execute > its vla_action_chunk)."""
+        from rcl_interfaces.msg import SetParametersResult
+
+        changes = {q.name: q.value for q in params if q.name in ("chunk_execute", "chunk_blend", "chunk_blend_weight")}
+        why = self.runtime.check_plan_change(changes) if changes and self.runtime is not None else None
+        if why:
+            self.get_logger().warn(f"parameter change refused: {why}")
+        return SetParametersResult(successful=why is None, reason=why or "")
 
     def _apply_params(self, changes: dict) -> None:
         """Apply validated run-time changes (params.enable_runtime_updates has updated ``self.p``); runs on the

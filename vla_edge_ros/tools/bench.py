@@ -47,7 +47,7 @@ from ..engine import cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
 from ..instruction import InstructionError, shorten
-from ..metrics import CycleStats
+from ..metrics import CycleStats, command_smoothness
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.checkpoint import check_model_path, load_model
@@ -135,8 +135,8 @@ class AdmitAll(AdmissionController):
     guard still publishes at the deadline. The share of these chunks that fit the budget is the oracle that
     an admission controller is judged against."""
 
-    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0) -> Decision:
-        d = super().decide(t0, busy, reserve_ms)
+    def decide(self, t0: float, busy: bool = False, reserve_ms: float = 0.0, horizon_ms: float = 0.0) -> Decision:
+        d = super().decide(t0, busy, reserve_ms, horizon_ms)
         return Decision(True, "admit", d.remaining_ms, d.estimate_ms) if d.reason == "refused" else d
 
 
@@ -146,7 +146,7 @@ BENCH_SETTINGS = ("period_ms", "safety_margin_ms", "ema_alpha", "tail_k", "max_f
                   "kv_capacity_tokens", "window_frames", "vram_ceiling_gb", "warmup_chunks", "realtime_priority",
                   "fallback", "hold_timeout_s", "action_low", "action_high", "twist_map", "twist_scale",
                   "velocity_limits", "acceleration_limits", "base_command_timeout_s", "instruction",
-                  "instruction_min_interval_cycles")
+                  "instruction_min_interval_cycles", "chunk_execute", "chunk_blend", "chunk_blend_weight")
 
 
 def bench_settings(args, policy: str) -> ReasoningSettings:
@@ -178,7 +178,8 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
         publish_lags: list[float] = []  # overruns: publish time - the guard's wait end (ms)
         cycle_ms, timeline = [], []  # timeline: (seconds into the run, camera indices retained) per chunk
-        per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": [], "clamped": []}
+        per_cycle = {"t": [], "cycle_ms": [], "reason": [], "estimate_ms": [], "remaining_ms": [], "clamped": [],
+                     "outcome": [], "action": [], "boundary_jump": []}
         period = args.period_ms / 1000.0
         n_ticks = max(1, int(round(args.seconds / period)))
         skipped = 0
@@ -218,6 +219,9 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             per_cycle["estimate_ms"].append(out.estimate_ms)
             per_cycle["remaining_ms"].append(out.remaining_ms)
             per_cycle["clamped"].append(out.clamped)
+            per_cycle["outcome"].append("plan" if out.source == "plan" else out.reason)  # what was published
+            per_cycle["action"].append([float(x) for x in out.action])
+            per_cycle["boundary_jump"].append(out.boundary_jump if out.boundary_replaced_plan else None)
             if out.wait_until is not None and (out.reason == "overrun" or t_publish > out.deadline):
                 publish_lags.append((t_publish - out.wait_until) * 1000.0)  # how late the guard really published
             if out.late_chunk is not None:
@@ -267,6 +271,10 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             "admission_estimate_ms_p50": _median(per_cycle["estimate_ms"]),
             "admission_budget_ms_p50": _median(per_cycle["remaining_ms"]),
             "guard_publish_lag_ms": [round(x, 2) for x in publish_lags],
+            # action chunks: ticks with a model or plan action, the jump where a new chunk replaced the plan, jerk
+            "acting_share": rec.acting_share,
+            "plan_share": rec.plan_actions / max(1, rec.cycles),
+            "smoothness": command_smoothness(per_cycle["action"], per_cycle["boundary_jump"], period),
         })
         metrics["instruction"] = rt.instruction_values()
         metrics["instruction_changes"] = [
@@ -330,24 +338,27 @@ def write_markdown(report: dict, path: str) -> None:
                f"camera {c['camera_hz']} Hz, {c['seconds']} s per policy, KV capacity {c['kv_capacity_tokens']} "
                f"tokens, window {c['window_frames']} frames, seed {c['seed']}.", "",
              f"Command: `{report['command']}`", ""]
-    head = ("| policy | cycles | model | fallback rate | deadline miss | overrun | cycle p50/p99/max ms | "
+    head = ("| policy | cycles | model | plan | fallback rate | deadline miss | overrun | cycle p50/p99/max ms | "
             "chunk p50/p99 ms | admission estimate / budget p50 ms | jitter p99 ms | frame age p50 ms | "
-            "retained/cap | evictions | coverage |")
+            "retained/cap | evictions | coverage | boundary jump mean/p99/max | jerk rms |")
     for clip in report["clips"]:
         lines += [f"## {clip['name']} ({clip['frames']} frames)", ""]
         lines += [f"Note: {n}." for n in clip.get("notes", [])] + ([""] if clip.get("notes") else [])
-        lines += [head, "|" + "---|" * 14]
+        lines += [head, "|" + "---|" * 17]
         for policy, m in clip["policies"].items():
             fb = ", ".join(f"{k} {v}" for k, v in m["fallbacks"].items() if v)
+            sm = m.get("smoothness") or {k: None for k in ("boundary_jump_mean", "boundary_jump_p99",
+                                                           "boundary_jump_max", "jerk_rms")}
             lines.append(
-                f"| {policy} | {m['cycles']} | {m['model_actions']} | {m['fallback_rate']:.3f}"
+                f"| {policy} | {m['cycles']} | {m['model_actions']} | {m['plan_actions']} | {m['fallback_rate']:.3f}"
                 f"{' (' + fb + ')' if fb else ''} | {m['deadline_miss_rate']:.3f} | {m['overrun_rate']:.3f} | "
                 f"{_fmt(m['cycle_ms']['p50'])}/{_fmt(m['cycle_ms']['p99'])}/{_fmt(m['cycle_ms']['max'])} | "
                 f"{_fmt(m['chunk_ms']['p50'])}/{_fmt(m['chunk_ms']['p99'])} | "
                 f"{_fmt(m.get('admission_estimate_ms_p50'))} / {_fmt(m.get('admission_budget_ms_p50'))} | "
                 f"{_fmt(m['timer_jitter_ms']['p99'], 2)} | "
                 f"{_fmt(m['frame_age_ms']['p50'])} | {m['frames_retained']}/{m['frame_capacity']} | {m['evictions']} | "
-                f"{_fmt(m['history_coverage'], 4)} |")
+                f"{_fmt(m['history_coverage'], 4)} | {_fmt(sm['boundary_jump_mean'], 3)}/"
+                f"{_fmt(sm['boundary_jump_p99'], 3)}/{_fmt(sm['boundary_jump_max'], 3)} | {_fmt(sm['jerk_rms'], 0)} |")
         lines.append("")
         mem = [f"{policy}: device {_mb(m.get('vram_first_bytes'))} -> {_mb(m.get('vram_last_bytes'))} MB "
                f"(peak {_mb(m.get('peak_vram_bytes'))}), host RSS {_fmt(m.get('host_rss_mb'))} MB at the end"
@@ -371,7 +382,8 @@ def write_markdown(report: dict, path: str) -> None:
         f.write("\n".join(lines))
 
 
-OUTCOME_COLORS = {"fresh": "#2ca02c", "repeat": "#98df8a", "no_frame": "#c7c7c7", "stale_frame": "#8c564b",
+OUTCOME_COLORS = {"fresh": "#2ca02c", "plan": "#bcbd22", "repeat": "#98df8a", "no_frame": "#c7c7c7",
+                  "stale_frame": "#8c564b",
                   "refused": "#ff9896", "busy": "#ffbb78", "cold": "#aec7e8", "overrun": "#d62728",
                   "engine_error": "#9467bd", "non_finite": "#e377c2", "inactive": "#7f7f7f",
                   "instruction_change": "#17becf"}
@@ -414,12 +426,13 @@ def write_plot(report: dict, series: dict, path: str) -> None:
         ax = fig.add_subplot(grid[r0, :2])
         left = np.zeros(len(policies))
         for reason, color in OUTCOME_COLORS.items():
-            counts = np.array([series[clip["name"]][p]["cycles"]["reason"].count(reason) for p in policies], float)
+            counts = np.array([series[clip["name"]][p]["cycles"]["outcome"].count(reason) for p in policies], float)
             if counts.any():
                 ax.barh(policies, counts, left=left, color=color, label=reason, edgecolor="white", linewidth=0.5)
                 left += counts
         ax.invert_yaxis()
-        ax.set(title=f"{clip['name']}: what each cycle published (green: model actions)", xlabel="cycles")
+        ax.set(title=f"{clip['name']}: what each cycle published (green: model actions, olive: plan actions)",
+               xlabel="cycles")
         ax.legend(fontsize=7, ncol=6, loc="lower right")
         note = fig.add_subplot(grid[r0, 2])
         note.axis("off")
@@ -450,6 +463,8 @@ def write_plot(report: dict, series: dict, path: str) -> None:
                    title=f"{policy}: per-cycle latency (tick -> publish) and admission",
                    xlabel="run time (s)" if pi == len(policies) else None)
             ax.legend(fontsize=6, ncol=4, loc="upper right")
+            if any(x == "plan" for x in cyc["outcome"]):  # action chunks: the published series, by source
+                _plot_command(ax.twinx(), t, cyc)
             ax = fig.add_subplot(grid[r0 + pi, 2])
             timeline = series[clip["name"]][policy]["timeline"]
             xs = [tt for tt, kept in timeline for _ in kept]
@@ -462,6 +477,18 @@ def write_plot(report: dict, series: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def _plot_command(ax, t: np.ndarray, cyc: dict) -> None:
+    """The published action's first dimension over time on its own axis: model, plan and fallback ticks apart."""
+    a0 = np.asarray([row[0] for row in cyc["action"]], float)
+    kinds = np.asarray(["model" if o in ("fresh", "repeat") else "plan" if o == "plan" else "fallback"
+                        for o in cyc["outcome"]])
+    for kind, color in (("model", "#2ca02c"), ("plan", "#bcbd22"), ("fallback", "tab:red")):
+        sel = kinds == kind
+        ax.plot(t[sel], a0[sel], "x", ms=2, color=color, label=f"action[0]: {kind}")
+    ax.set_ylabel("action[0]")
+    ax.legend(fontsize=6, loc="lower right")
 
 
 def clip_notes(clip: dict, camera_hz: float, run_frames: int) -> list[str]:
