@@ -214,3 +214,157 @@ def test_the_node_refuses_a_broken_gguf_in_one_line_exit_3(domain, tmp_path, cas
     msgs = [ln for ln in r.stderr.splitlines() if ln.startswith("vla_edge:")]
     assert len(msgs) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "m.gguf" in msgs[0] and ("truncated" if case == "truncated" else "'llama' is not qwen2") in msgs[0]
+
+
+# --- metadata bounded before it is read (issue 43, item 4) ---------------------------------------------------------
+
+def _insert_kv(path, key: str, vtype: int, payload: bytes) -> None:
+    """One more metadata entry right after the header, its key padded so that the entry is a multiple of 32 bytes
+    long: the tensor data stays aligned, so the file is valid apart from what the entry itself claims."""
+    head = 8 + 4
+    while (head + len(key) + len(payload)) % 32:
+        key += "_"
+    with open(path, "rb") as f:
+        data = f.read()
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
+    entry = struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", vtype) + payload
+    with open(path, "wb") as f:
+        f.write(data[:4] + struct.pack("<IQQ", version, n_tensors, n_kv + 1) + entry + data[24:])
+
+
+def _array(item: int, n: int, data: bytes = b"") -> bytes:
+    return struct.pack("<IQ", item, n) + data
+
+
+UINT8, INT32, STRING, ARRAY = 0, 5, 8, 9
+BIG = bytes(1 << 24)
+NESTED = _array(ARRAY, 1, _array(UINT8, 0))
+HOSTILE_METADATA = {
+    "int32 array of 2^61 entries": (lambda p: _insert_kv(p, "x.claim", ARRAY, _array(INT32, 1 << 61)),
+                                    "claims 2305843009213693952 entries, more than the cap of 1048576"),
+    "valid uint8 array of 2^24 entries": (lambda p: _insert_kv(p, "x.big", ARRAY, _array(UINT8, 1 << 24, BIG)),
+                                          "claims 16777216 entries, more than the cap"),
+    "string of 2^40 bytes": (lambda p: _insert_kv(p, "x.s", STRING, struct.pack("<Q", 1 << 40)),
+                             "claims 1099511627776 bytes, more than the 1048576-byte cap"),
+    "string array of lying lengths": (lambda p: _insert_kv(p, "x.sa", ARRAY, _array(STRING, 1 << 19)),
+                                      r"x.sa_*' claims \d+ bytes, more than the 1048576-byte cap"),
+    "arrays of 3 x 2^20 entries": (lambda p: [_insert_kv(p, f"x.a{i}", ARRAY, _array(UINT8, 1 << 20, bytes(1 << 20)))
+                                              for i in range(3)], "more than 2097152 entries in all"),
+    "arrays nested 3 deep": (lambda p: _insert_kv(p, "x.n", ARRAY, _array(ARRAY, 1, NESTED)),
+                             "nests arrays more than 2 deep"),
+    "unknown value type": (lambda p: _insert_kv(p, "x.t", 99, b""), "unknown value type 99"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_METADATA))
+def test_hostile_metadata_is_one_line_at_once_and_allocates_nothing(tiny_gguf, case):
+    import time
+    import tracemalloc
+
+    path, _ = tiny_gguf
+    damage, message = HOSTILE_METADATA[case]
+    damage(path)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(ModelLoadError, match=message) as e:
+            load_config(path)
+        took = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+    assert took < 1.0 and peak < 8 << 20, (took, peak)
+
+
+def test_a_tensor_with_too_many_dimensions_is_one_line(tmp_path):
+    w = gguf.GGUFWriter(str(tmp_path / "dims.gguf"), "qwen2")
+    w.add_tensor("t", np.zeros([1] * 5, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError, match="tensor 0 has 5 dimensions"):
+        load_config(str(tmp_path / "dims.gguf"))
+
+
+def test_an_entry_that_fits_the_bounds_still_loads(tiny_gguf):
+    path, _ = tiny_gguf
+    before = load_config(path)
+    _insert_kv(path, "x.ok", ARRAY, _array(UINT8, 1000, bytes(1000)))
+    assert load_config(path) == before and load_model(path).cfg == before
+
+
+# --- the tokenizer checked against the model (issue 43, item 5) ---------------------------------------------------
+
+def _byte_tokens():
+    from vla_edge_ros.model.gguf import _bytes_to_unicode
+
+    return [c for _, c in sorted(_bytes_to_unicode().items())]
+
+
+def _vocab(n):
+    return (_byte_tokens() + [f"<|vla_{i}|>" for i in range(n)])[:n]
+
+
+ROWS = PRESETS["tiny"].vocab_size
+BAD_TOKENIZERS = {
+    "151,936 tokens on a smaller embedding": (
+        {"tokens": _vocab(151936), "token_type": [1] * 151936},
+        f"the tokenizer has 151936 tokens but the model's embedding only {ROWS} rows"),
+    "10 tokens": ({"tokens": _vocab(10), "token_type": [1] * 10}, r"\(10 tokens\) lacks 246 of the 256 byte tokens"),
+    "a merge of an unknown token": ({"merges": ["Ġ zebra"]}, r"merges\[0\] 'Ġ zebra' names 'zebra', which the"),
+    "a merge making an unknown token": ({"merges": ["a b"]}, r"merges\[0\] 'a b' names 'ab', which the vocabulary"),
+    "a merge without a space": ({"merges": ["ab"]}, r"merges\[0\] 'ab' is not two tokens joined by a space"),
+    "non-string merges": ({"merges": [7, 8]}, r"merges\[0\] is 7, not a merge string"),
+    "non-string tokens": ({"tokens": list(range(ROWS))}, r"tokens\[0\] is 0, not a token string"),
+    "no token types": ({"token_type": None}, f"holds no types for {ROWS} tokens"),
+    "short token types": ({"token_type": [1] * 10}, f"holds 10 types for {ROWS} tokens"),
+    "unknown token types": ({"token_type": [1] * (ROWS - 1) + [99]}, rf"token_type\[{ROWS - 1}\] is 99"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TOKENIZERS))
+def test_a_tokenizer_that_does_not_fit_the_model_is_one_line(tmp_path, case):
+    from vla_edge_ros.model.tokenizer import load_tokenizer
+
+    meta, message = BAD_TOKENIZERS[case]
+    path = save_gguf(tmp_path / "tok.gguf", _weights(tmp_path, PRESETS["tiny"]), "F16", "F16", tokenizer_meta=meta)
+    with pytest.raises(ModelLoadError, match=message) as e:
+        load_tokenizer(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_the_runtime_refuses_a_tokenizer_that_does_not_fit_at_start_up(tmp_path):
+    from vla_edge_ros.frame_buffer import FrameBuffer
+    from vla_edge_ros.runtime import Runtime, StartupError
+    from vla_edge_ros.settings import ReasoningSettings
+
+    meta, message = BAD_TOKENIZERS["151,936 tokens on a smaller embedding"]
+    path = save_gguf(tmp_path / "tok.gguf", _weights(tmp_path, PRESETS["tiny"]), "F16", "F16", tokenizer_meta=meta)
+    s = ReasoningSettings.from_values({"backend": "numpy", "kv_capacity_tokens": 512, "warmup_chunks": 1})
+    with pytest.raises(StartupError, match=message) as e:
+        Runtime.build(path, s, FrameBuffer())
+    assert "\n" not in str(e.value)
+
+
+def test_a_model_directory_whose_tokenizer_has_more_tokens_than_rows_is_one_line(tmp_path):
+    import json
+
+    from tokenizers import Tokenizer, models
+
+    from vla_edge_ros.model.tokenizer import load_tokenizer
+
+    make_model(str(tmp_path / "m"), "tiny", seed=1)
+    vocab = {f"t{i}": i for i in range(ROWS + 10)}
+    Tokenizer(models.WordLevel(vocab, unk_token="t0")).save(str(tmp_path / "m" / "tokenizer.json"))
+    assert json.load(open(tmp_path / "m" / "config.json"))["vocab_size"] == ROWS
+    with pytest.raises(ModelLoadError, match=f"has {ROWS + 10} tokens but the model's embedding only {ROWS} rows"):
+        load_tokenizer(str(tmp_path / "m"))
+
+
+def test_the_real_vocabulary_passes_the_checks(real_gguf):
+    from vla_edge_ros.model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(real_gguf)
+    assert tok.tok.get_vocab_size() == 151936 and tok.encode("<|im_end|>") == [151645]

@@ -5,27 +5,41 @@
 An instruction arrives as text (the `instruction` parameter, the `~/instruction` topic, the bench's schedule). It is
 checked before anything else is done with it, then rendered with the model's own chat template (or appended to the
 system prompt as raw text) and tokenized with the model's own tokenizer. The result, an `Instruction`, is what the
-engine prefills into the pinned prompt region of the KV cache (DESIGN.md §5, §8).
+engine prefills into the pinned prompt region of the KV cache (DESIGN.md §5, §8). The template comes from the model
+file, so it renders bounded (model/tokenizer.TemplateRenderer: a child process, a time budget, an output cap): a
+template that fails or exceeds a bound refuses that instruction, and one that fails on a sample instruction refuses
+the model when its PromptBuilder is made (configure).
 
 Bounded before tokenizing: at most MAX_INSTRUCTION_CHARS characters; not valid UTF-8 (lone surrogates), empty,
 or control characters only is refused; control characters inside the text are removed, and so are the strings of
-the tokenizer's special tokens ("<|im_end|>"...), so an instruction cannot close the user turn and write one of its
-own. After tokenizing at most `max_instruction_tokens` tokens, and the whole prompt plus one frame and the action
-tokens must fit the KV cache. Each refusal is one `InstructionError` line; the previous instruction stays.
+the tokenizer's special and added tokens ("<|im_end|>", "<tool_call>"...), again until none is left (a removal can
+join its neighbours into another: "<|im_<|im_end|>end|>"), so an instruction cannot close the user turn and write
+one of its own. After tokenizing at most `max_instruction_tokens` tokens, and the whole prompt plus one frame and the
+action tokens must fit the KV cache. Each refusal is one `InstructionError` line; the previous instruction stays.
 """
 from __future__ import annotations
 
+import time
 import unicodedata
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from .constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from .kv_cache import min_capacity
+from .model.tokenizer import RENDER_BUDGET_S, RENDER_START_S, TemplateRefused
 
 MAX_INSTRUCTION_CHARS = 4096  # checked before tokenizing: a 1 MB string costs a length check, nothing more
 TEMPLATES = ("auto", "chat", "raw")  # auto: the model's chat template when it has one, else raw
 KEEP_CONTROLS = ("\n", "\t")
+MAX_SPECIAL_PASSES = 16  # special-token strings nested deeper than this are refused rather than unwrapped
+# The sample instruction the chat template must render when the PromptBuilder is made (a model whose template fails
+# on it would refuse every instruction: it is refused at configure instead).
+PROBE_INSTRUCTION = "pick up the red block and put it in the bin"
+PROBE_BUDGET_S = 1.0  # its render budget: at configure a busy host must not pass for a template that runs away
+RENDERS_KEPT = 16  # renders remembered by text: the parameter's check and its change render once, not twice
+TRANSIENT_REFUSAL_S = 1.0  # a refusal that may not repeat (the time budget) is remembered this long only
 
 
 class InstructionError(ValueError):
@@ -81,10 +95,14 @@ def clean(text) -> str:
 
 class PromptBuilder:
     """Turns instruction text into the pinned prompt of one model: its tokenizer (None: the model has none), its
-    vocabulary (the prompt never holds action-range ids or the start token) and the KV capacity."""
+    vocabulary (the prompt never holds action-range ids or the start token) and the KV capacity.
+
+    With a chat template the constructor renders PROBE_INSTRUCTION (waiting up to RENDER_START_S for the render
+    child to start) and raises InstructionError (one line) when the template fails on it; each `build` renders
+    within `render_budget_s` (the whole call, so it may run on the control thread)."""
 
     def __init__(self, tokenizer, vocab_size: int, capacity: int, system_prompt: str, default_ids: np.ndarray,
-                 template: str = "auto", max_instruction_tokens: int = 256):
+                 template: str = "auto", max_instruction_tokens: int = 256, render_budget_s: float = RENDER_BUDGET_S):
         if template not in TEMPLATES:
             raise InstructionError(f"instruction_template {template!r} must be one of {', '.join(TEMPLATES)}")
         self.tokenizer, self.capacity = tokenizer, int(capacity)
@@ -95,6 +113,15 @@ class PromptBuilder:
         if template == "auto":
             self.template = "chat" if tokenizer is not None and tokenizer.chat_template else "raw"
         self.max_instruction_tokens = int(max_instruction_tokens)
+        self.render_budget_s = float(render_budget_s)
+        self._specials = self._special_strings()
+        self._renders: OrderedDict = OrderedDict()  # text -> (prompt, refusal, lasting, when)
+        if self.template == "chat" and tokenizer is not None and tokenizer.chat_template:
+            try:
+                self._render(PROBE_INSTRUCTION, RENDER_START_S, max(self.render_budget_s, PROBE_BUDGET_S))
+            except InstructionError as e:
+                raise InstructionError(f"the model's chat template fails on a sample instruction ({e}); "
+                                       "instruction_template: raw runs the model without it") from None
 
     def default(self) -> Instruction:
         """No task: the system prompt alone (what the node ran before instructions existed)."""
@@ -110,21 +137,11 @@ class PromptBuilder:
         if tok is None:
             raise InstructionError("the model has no tokenizer (no tokenizer.json / GGUF vocabulary), so an "
                                    "instruction cannot be encoded; the default prompt stays")
-        for special in sorted(self._special_strings(), key=len, reverse=True):
-            text = text.replace(special, "")
-        if not text.strip():
-            raise InstructionError("nothing but special-token strings")
+        text = strip_specials(text, self._specials)
         n = len(tok.encode(text))
         if n > self.max_instruction_tokens:
             raise InstructionError(f"{n} tokens: more than max_instruction_tokens={self.max_instruction_tokens}")
-        if self.template == "chat":
-            try:
-                prompt = tok.render_chat([{"role": "system", "content": self.system_prompt},
-                                          {"role": "user", "content": text}])
-            except ValueError as e:
-                raise InstructionError(str(e)) from None
-        else:
-            prompt = f"{self.system_prompt}\n{text}"
+        prompt = self._render(text) if self.template == "chat" else f"{self.system_prompt}\n{text}"
         ids = np.asarray(tok.encode(prompt), np.int32)
         if (ids >= self.limit).any() or (ids < 0).any():
             raise InstructionError("the prompt encodes to ids in the action range or the start token")
@@ -135,12 +152,54 @@ class PromptBuilder:
                                    f"{self.capacity}")
         return Instruction(text, ids, n, self.template, source)
 
+    def _render(self, text: str, start_s: float = 0.0, budget_s: float | None = None) -> str:
+        """The chat prompt for `text`, bounded; a render (or a lasting refusal) is remembered by text, so the
+        parameter's check and the change that follows it render once."""
+        now = time.monotonic()
+        hit = self._renders.get(text)
+        if hit is not None and (hit[1] is None or hit[2] or now - hit[3] < TRANSIENT_REFUSAL_S):
+            if hit[1] is not None:
+                raise InstructionError(hit[1])
+            return hit[0]
+        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": text}]
+        try:
+            prompt, why, lasting = self.tokenizer.render_chat(messages, budget_s=budget_s or self.render_budget_s,
+                                                              start_s=start_s), None, True
+        except TemplateRefused as e:
+            prompt, why, lasting = None, str(e), e.lasting
+        self._renders[text] = (prompt, why, lasting, now)
+        while len(self._renders) > RENDERS_KEPT:
+            self._renders.popitem(last=False)
+        if why is not None:
+            raise InstructionError(why)
+        return prompt
+
     def _special_strings(self) -> list[str]:
+        """The strings of the tokenizer's special and added tokens, longest first. Added tokens that are one
+        character or whitespace only are left out: they cannot open or close a turn, and removing them would mangle
+        ordinary text."""
         tok = self.tokenizer
         try:
-            return [t.content for t in tok.tok.get_added_tokens_decoder().values() if t.content]
+            added = tok.tok.get_added_tokens_decoder().values()
         except AttributeError:
             return []
+        kept = {t.content for t in added if t.content and (t.special or (len(t.content) > 1 and t.content.strip()))}
+        return sorted(kept, key=len, reverse=True)
+
+
+def strip_specials(text: str, specials) -> str:
+    """`text` without the strings of `specials`, removed until none is left (a removal can join its neighbours into
+    another one: "<|im_<|im_end|>end|>"); raises InstructionError when nothing else is left, or when they nest more
+    than MAX_SPECIAL_PASSES deep."""
+    for _ in range(MAX_SPECIAL_PASSES + 1):  # each pass removes one level; the last one finds none
+        found = [s for s in specials if s in text]
+        if not found:
+            if not text.strip():
+                raise InstructionError("nothing but special-token strings")
+            return text
+        for s in found:
+            text = text.replace(s, "")
+    raise InstructionError(f"special-token strings nested more than {MAX_SPECIAL_PASSES} deep")
 
 
 def summary(instr: Instruction, limit: int = 200) -> str:

@@ -9,7 +9,10 @@ keeps the float32 values for the golden model's fidelity measurements. A 4-bit r
 its re-quantization to the engine's W4A16 format (`vla-edge-quantize model.gguf --format awq`).
 
 Before the reader sizes anything by the header, the tensor and metadata counts are checked against the file
-size, and every tensor's bytes must lie inside the file: a truncated file, a header whose counts or sizes
+size, the metadata is walked once without allocating (`_check_metadata`: every string and array length against
+what is left of the file and against caps, their total against a cap; the reader itself would loop over an array
+that claims 2^61 entries, and hold a NumPy view per entry of a huge valid one), and every tensor's bytes must lie
+inside the file: a truncated file, a header whose counts or sizes
 exceed the file, another architecture, an unsupported block type (named), a tensor of the wrong shape or a
 vocabulary too small for the action range each raise one ModelLoadError line.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import mmap
 import os
 import struct
 
@@ -39,6 +43,18 @@ MAX_TENSORS = 1 << 16  # a 72-layer model has ~650
 MAX_KV = 1 << 12
 MIN_KV_BYTES = 8 + 1 + 4 + 1  # key length, a one-byte key, value type, a one-byte value
 MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+# Metadata caps, checked before the reader runs. Qwen2.5's metadata: 151,936 tokens, ~151,000 merges, 151,936 token
+# types, ~6 MB in all; the largest vocabularies published are ~262,000 tokens. The reader costs ~20 us per array
+# entry on a small host, so the entry total bounds the time of a refusal-free read too.
+MAX_ARRAY_ENTRIES = 1 << 20
+MAX_TOTAL_ENTRIES = 1 << 21
+MAX_STRING_BYTES = 1 << 20  # one string (a chat template is ~5-20 KB)
+MAX_METADATA_BYTES = 64 << 20
+MAX_ARRAY_DEPTH = 2  # an array of arrays at most
+MAX_DIMS = 4  # GGML_MAX_DIMS
+# value type -> size in bytes (GGUF: 0 uint8 ... 12 float64; 8 string and 9 array are read, not sized)
+SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+STRING, ARRAY = 8, 9
 
 # Block types read here: what Q4_K_M / Q5_K_M / Q8_0 / F16 files of Qwen2.5 hold, and the other classic and
 # k-quant types `gguf.quants` dequantizes in NumPy. The i-quants and ternary types are refused by name.
@@ -92,9 +108,86 @@ def _open(path: str):
     return _open_checked(path, st.st_size, st.st_mtime_ns)
 
 
+class _Walk:
+    """A cursor over the file's bytes that refuses (ModelLoadError, one line) any length past the file or a cap."""
+
+    def __init__(self, path: str, buf, size: int):
+        self.path, self.buf, self.size, self.off = path, buf, size, 24
+        self.entries = 0
+
+    def take(self, n: int, what: str) -> int:
+        if n > self.size - self.off:
+            raise ModelLoadError(self.path, f"{what} of {n} bytes at offset {self.off} runs past the end of the "
+                                            f"{self.size}-byte file (corrupt or truncated)")
+        start, self.off = self.off, self.off + n
+        return start
+
+    def u32(self, what: str) -> int:
+        return struct.unpack_from("<I", self.buf, self.take(4, what))[0]
+
+    def u64(self, what: str) -> int:
+        return struct.unpack_from("<Q", self.buf, self.take(8, what))[0]
+
+    def string(self, what: str, cap: int = MAX_STRING_BYTES) -> bytes:
+        """Skip a string; returns its first 200 bytes (for naming a key in a refusal)."""
+        n = self.u64(f"{what}'s length")
+        if n > cap:
+            raise ModelLoadError(self.path, f"{what} claims {n} bytes, more than the {cap}-byte cap")
+        start = self.take(n, what)
+        return bytes(self.buf[start:start + min(n, 200)])
+
+    def value(self, kind: int, what: str, depth: int = 0) -> None:
+        if kind in SCALAR_BYTES:
+            self.take(SCALAR_BYTES[kind], what)
+        elif kind == STRING:
+            self.string(what)
+        elif kind == ARRAY:
+            if depth >= MAX_ARRAY_DEPTH:
+                raise ModelLoadError(self.path, f"{what} nests arrays more than {MAX_ARRAY_DEPTH} deep")
+            item, n = self.u32(f"{what}'s item type"), self.u64(f"{what}'s length")
+            least = SCALAR_BYTES.get(item, 8 if item in (STRING, ARRAY) else None)
+            if least is None:
+                raise ModelLoadError(self.path, f"{what} has items of unknown type {item}")
+            if n > MAX_ARRAY_ENTRIES or n * least > self.size - self.off:
+                raise ModelLoadError(self.path, f"{what} claims {n} entries, more than the cap of "
+                                                f"{MAX_ARRAY_ENTRIES} or the {self.size - self.off} bytes left in the "
+                                                "file can hold")
+            self.entries += n
+            if self.entries > MAX_TOTAL_ENTRIES:
+                raise ModelLoadError(self.path, f"the metadata arrays hold more than {MAX_TOTAL_ENTRIES} entries in "
+                                                f"all (at {what})")
+            if item in SCALAR_BYTES:
+                self.take(n * least, what)
+            else:
+                for _ in range(n):
+                    self.value(item, what, depth + 1)
+        else:
+            raise ModelLoadError(self.path, f"{what} has unknown value type {kind}")
+        if self.off - 24 > MAX_METADATA_BYTES:
+            raise ModelLoadError(self.path, f"the metadata passes the {MAX_METADATA_BYTES}-byte cap (at {what})")
+
+
+def _check_metadata(path: str, size: int) -> None:
+    """Walk the metadata and tensor infos by their lengths without allocating: every length must fit what is left
+    of the file and the caps above (a header that claims 2^61 entries is one line here, at once)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
+        w = _Walk(path, buf, size)
+        for i in range(n_kv):
+            key = w.string(f"metadata key {i}", 1 << 16).decode("utf-8", "replace")
+            w.value(w.u32(f"metadata key {i}'s type"), f"metadata {key!r}")
+        for i in range(n_tensors):
+            w.string(f"tensor {i}'s name", 1 << 16)
+            n_dims = w.u32(f"tensor {i}'s dimension count")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise ModelLoadError(path, f"tensor {i} has {n_dims} dimensions (1 to {MAX_DIMS})")
+            w.take(8 * n_dims + 4 + 8, f"tensor {i}'s shape, type and offset")
+
+
 @functools.lru_cache(maxsize=2)
 def _open_checked(path: str, _size: int, _mtime_ns: int):
     size = _check_header(path)
+    _check_metadata(path, size)
     try:
         import gguf
     except ImportError as e:
@@ -246,13 +339,17 @@ def block_type_counts(path) -> dict[str, int]:
     return counts
 
 
-def save_gguf(path, weights: Weights, linear_type: str = "Q8_0", embed_type: str = "F16", arch: str = "qwen2") -> str:
+def save_gguf(path, weights: Weights, linear_type: str = "Q8_0", embed_type: str = "F16", arch: str = "qwen2",
+              chat_template: str | None = None, control_tokens=(), tokenizer_meta: dict | None = None) -> str:
     """Write `weights` as a Qwen2 GGUF file as llama.cpp's converter lays it out (tests, random-weight GGUFs):
     metadata under `qwen2.*`, the decoder linears in `linear_type`, token embedding and an untied output in
     `embed_type` (any type gguf.quants quantizes: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, TQ1_0, ...),
     norms and biases F32, and a stand-in byte-level vocabulary (the 256 byte tokens, then `<|vla_N|>` fillers) so
     readers that size the vocabulary from it load the file. A layer tensor missing from `weights` is left out, and
-    `arch` names another architecture (both for the tests of refused files)."""
+    `arch` names another architecture (both for the tests of refused files). `chat_template` is stored as
+    `tokenizer.chat_template`; `control_tokens` take the first filler ids as control (special) tokens;
+    `tokenizer_meta` ({"tokens" | "token_type" | "merges": list, or None to leave the key out}) replaces the
+    vocabulary's arrays (the tests of tokenizers that do not fit the model)."""
     import gguf
 
     from .quant import as_f32
@@ -269,12 +366,18 @@ def save_gguf(path, weights: Weights, linear_type: str = "Q8_0", embed_type: str
     w.add_rope_freq_base(cfg.rope_theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     byte_tokens = [c for _, c in sorted(_bytes_to_unicode().items())]
-    tokens = byte_tokens + [f"<|vla_{i}|>" for i in range(cfg.vocab_size - len(byte_tokens))]
+    fillers = list(control_tokens) + [f"<|vla_{i}|>" for i in range(cfg.vocab_size - len(byte_tokens))]
+    tokens = (byte_tokens + fillers)[:cfg.vocab_size]
+    types = [1] * len(byte_tokens) + [3] * len(control_tokens) + [1] * cfg.vocab_size
+    arrays = {"tokens": tokens, "token_type": types[:cfg.vocab_size], "merges": []}
+    arrays.update(tokenizer_meta or {})
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens[:cfg.vocab_size])
-    w.add_token_types([1] * cfg.vocab_size)
-    w.add_token_merges([])
+    for key, values in arrays.items():
+        if values is not None:
+            w.add_array(f"tokenizer.ggml.{key}", values)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def put(name, arr, kind):
         f = np.ascontiguousarray(as_f32(arr), np.float32)

@@ -6,9 +6,17 @@ The topic is latched (reliable + transient local: a node started later gets the 
 bytes, decoded strictly here (`instruction.string_from_cdr` + `clean`), so a message that is not valid UTF-8 is one
 warning rather than text full of U+FFFD. The checks, the tokenizing and the change itself are the core's
 (`Runtime.set_instruction`); this only translates messages and logs one line per refusal.
+
+A message is rendered off the control thread: the latest one waiting (older ones are dropped unrendered) goes to
+the `vla-instruction` thread, which renders it (`Runtime.check_instruction`: the chat template within its budget,
+remembered by the PromptBuilder) and hands it back through a guard condition; the change itself is then made on
+the node's executor thread (`Runtime.set_instruction`, which finds the render done), so it never races a tick. The
+`instruction` parameter's check must answer the setter at once, so it renders on the executor thread, within the
+render budget (below one period).
 """
 from __future__ import annotations
 
+import threading
 import time
 
 from rcl_interfaces.msg import SetParametersResult
@@ -27,6 +35,14 @@ class InstructionInput:
         self.node, self.runtime = node, runtime
         self._early = None  # text or bytes received before configure: applied once configured (the last one wins)
         self._last_refusal = ("", 0.0)  # the last refusal logged and when
+        self._cv = threading.Condition()
+        self._waiting = None  # (text, source): the latest message not rendered yet
+        self._rendered = None  # (text, source): rendered, for the executor thread to apply
+        self.dropped = 0  # messages replaced by a newer one before they were rendered
+        self._closed = False
+        self._guard = node.create_guard_condition(self._apply_rendered)
+        self._thread = threading.Thread(target=self._render_loop, name="vla-instruction", daemon=True)
+        self._thread.start()
         node.add_on_set_parameters_callback(self._check_parameter)
         self.sub = node.create_subscription(String, "~/instruction", self._on_message, LATCHED, raw=True)
 
@@ -60,9 +76,60 @@ class InstructionInput:
         self.set(text, "topic")
 
     def set(self, text, source: str) -> None:
+        """Queue `text` for rendering off the executor thread (the latest one waiting wins)."""
+        if self.runtime() is None:
+            self._early = text
+            return
+        with self._cv:
+            if self._waiting is not None:
+                self.dropped += 1
+            self._waiting = (text, source)
+            self._cv.notify()
+
+    def _render_loop(self) -> None:
+        """The `vla-instruction` thread: render the latest waiting message, hand it to the executor thread."""
+        from ..realtime import normal_scheduling
+
+        normal_scheduling()  # created by the node's constructor; never real-time whoever that was
+        while True:
+            with self._cv:
+                while self._waiting is None and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                item, self._waiting = self._waiting, None
+            rt = self.runtime()
+            if rt is None:
+                continue
+            try:
+                rt.check_instruction(item[0])  # renders and remembers the render; the refusal is reported below
+            except Exception:  # noqa: BLE001 - set_instruction on the executor thread says what went wrong
+                pass
+            with self._cv:
+                if self._closed:
+                    return
+                self._rendered = item
+                try:
+                    self._guard.trigger()
+                except Exception:  # noqa: BLE001 - the node is being destroyed (shutdown): nothing to apply
+                    return
+
+    def close(self) -> None:
+        """End the rendering thread (a message still waiting is dropped)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=1.0)
+
+    def _apply_rendered(self) -> None:
+        with self._cv:
+            item, self._rendered = self._rendered, None
+        if item is not None:
+            self._apply(*item)
+
+    def _apply(self, text, source: str) -> None:
         rt = self.runtime()
         if rt is None:
-            self._early = text
             return
         try:
             instr = rt.set_instruction(text, source)

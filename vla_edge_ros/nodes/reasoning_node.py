@@ -233,6 +233,7 @@ class ReasoningNode(LifecycleNode):
         if self.timer is not None:
             self._stop_motion()
         self._release()
+        self.instructions.close()  # the topic's rendering thread
         self.lifecycle_state = "finalized"
         if self.on_finalized is not None:  # a finalized node does nothing more: its process ends (bringup)
             self.on_finalized()

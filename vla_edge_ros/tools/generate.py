@@ -56,7 +56,7 @@ def main(argv=None) -> int:
 
     from ..model.checkpoint import check_model_path, load_model
     from ..model.safetensors_io import ModelLoadError
-    from ..model.tokenizer import load_tokenizer, tokenizer_problem
+    from ..model.tokenizer import TemplateRefused, load_tokenizer, tokenizer_problem
 
     problem = check_model_path(a.model)
     if problem:
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         else:
             prompt_ids = _ids(a.prompt_ids)
         weights = load_model(a.model)
-    except ModelLoadError as e:
+    except (ModelLoadError, TemplateRefused) as e:  # a bad file, or its chat template over a bound: the model's fault
         return fail("vla-edge-generate", str(e), 3)
     except ValueError as e:
         ap.error(str(e))
