@@ -12,6 +12,9 @@
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
 #   micro  prefill GEMMs alone in the variants and rows of MICRO_ARGS (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro$MICRO_TAG.json
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
+#   cmodels the 4-bit model and its parallel dirs awq-parallel (one action) and awq-parallel-k8 (8 actions a chunk,
+#          issue 37) of PRESET (bench/lib.sh make_chunk_models); then e.g. KINDS="awq-parallel awq-parallel-k8"
+#          SMS=8 SMS_KINDS="awq-parallel awq-parallel-k8" STEPS="bench sms"
 #   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16); T15B_K selects (pytest -k, e.g.
 #          parallel)                                                                       -> $OUT/tests_15b.xml
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
@@ -37,6 +40,7 @@ for step in ${STEPS:-tests models bench peers}; do
   micro) say "gemm micro $MICRO_ARGS"; timeout 300 $PY dev/cuda/gemm_micro.py $MICRO_ARGS \
     --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bw]_|Error|error|Traceback" ;;
   models) say "models"; make_models ;;
+  cmodels) say "chunk models ($PRESET)"; make_chunk_models ;;
   tshape)
     say "$PRESET full-depth tests"
     tag=$(echo "$PRESET" | sed 's/qwen2.5-//; s/\.//'); up=$(echo "$tag" | tr a-z A-Z)

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the bench/gpu_*.sh device scripts: the shared set-up of one device call.
 #   OUT (JSON/XML/logs), PY, PRESET (the model shape, default qwen2.5-1.5b), M (its generated models), say, gpu_tests,
-#   make_models, cb
+#   make_models, make_chunk_models, cb
 OUT=${OUT:-/tmp/vla_out}
 PY=${PY:-python3}
 PRESET=${PRESET:-qwen2.5-1.5b}
@@ -24,14 +24,29 @@ make_models() {
   [ -d "$M/bf16" ] || $PY -m vla_edge_ros.tools.make_model --preset "$PRESET" --seed 0 --out "$M/bf16" | tail -n 1
   [ -d "$M/awq" ] || $PY -m vla_edge_ros.tools.make_model --preset "$PRESET" --seed 0 --quant awq --out "$M/awq" \
     | tail -n 1
-  for k in bf16 awq; do
-    local d="$M/$k-parallel"
-    [ -d "$d" ] && continue
-    mkdir -p "$d"
-    for f in "$M/$k"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$f" "$d/"; done
-    $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c['vla_action_decoding']='parallel'; \
-json.dump(c, open(sys.argv[2],'w'))" "$M/$k/config.json" "$d/config.json"
-  done
+  for k in bf16 awq; do link_parallel "$k" "$k-parallel" 1; done
+}
+
+# $M/DST: the weights of $M/SRC (links) with config.json saying parallel decoding of K actions a chunk (K > 1:
+# vla_action_chunk; the vision file has no action_queries, so the K x 8 stand-in rows are used, as for K = 1).
+#   link_parallel SRC DST K
+link_parallel() {
+  local d="$M/$2"
+  [ -d "$d" ] && return
+  mkdir -p "$d"
+  for f in "$M/$1"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$f" "$d/"; done
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c['vla_action_decoding']='parallel'; k=int(sys.argv[3]); \
+c.update({'vla_action_chunk': k} if k > 1 else {}); json.dump(c, open(sys.argv[2],'w'))" "$M/$1/config.json" \
+    "$d/config.json" "$3"
+}
+
+# The $PRESET 4-bit model and its parallel dirs of one action and of 8 a chunk (issue 37: K = 1 vs K = 8 on the
+# same weights), without the bf16 dir make_models also writes.
+make_chunk_models() {
+  [ -d "$M/awq" ] || $PY -m vla_edge_ros.tools.make_model --preset "$PRESET" --seed 0 --quant awq --out "$M/awq" \
+    | tail -n 1
+  link_parallel awq awq-parallel 1
+  link_parallel awq awq-parallel-k8 8
 }
 
 # chunk_bench of model $M/KIND run from tree DIR (this one, or a base tree), one summary line; JSON and log in $OUT.

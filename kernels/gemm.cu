@@ -48,6 +48,9 @@
 #ifndef GEMM_STAGES_W4
 #define GEMM_STAGES_W4 4
 #endif
+#ifndef GEMM_MINB_W4_T96
+#define GEMM_MINB_W4_T96 2  // the 96-row instance: 12 token tiles hold 96 fp32 accumulators a thread
+#endif
 #ifndef GEMM_MINB_W4
 #define GEMM_MINB_W4 4  // blocks an SM must hold (__launch_bounds__: 128 registers a thread)
 #endif
@@ -447,13 +450,15 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
             }
 }
 
-#define GEMM_W4(TT, T)                                                                                            \
-    extern "C" __global__ void __launch_bounds__(128, GEMM_MINB_W4)                                               \
+#define GEMM_W4(TT, T, MINB)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                       \
     gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
         gemm_w4_body<TT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                      \
     }
 GEMM_BF16(2, 32)
 GEMM_BF16(3, 48)
-GEMM_W4(4, 32)
-GEMM_W4(5, 40)
+GEMM_BF16(6, 96)
+GEMM_W4(4, 32, GEMM_MINB_W4)
+GEMM_W4(5, 40, GEMM_MINB_W4)
+GEMM_W4(12, 96, GEMM_MINB_W4_T96)

@@ -7,6 +7,8 @@
 // pass that overflowed) gives token -1 and row index 0 (so a following decode pass still gathers a valid row);
 // the flag rides on the reduction's existing barrier (__syncthreads_or). Twins: ops.rms_norm, x @ head.T,
 // ops.argmax_rows.
+// grid.y > 1: row y of x (stride H) in one launch, its logits at logits + y * nrows, its own ticket[y], its token in
+// tokens_out[step + y]; tok_idx from row 0 only (a parallel chunk's K x 8 action rows: nothing gathers from it).
 #include "common.cuh"
 
 #define HEAD_THREADS 256
@@ -21,6 +23,9 @@ lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float
     __shared__ int bi[HEAD_THREADS / 32];
     __shared__ int last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    x += (size_t)blockIdx.y * H;
+    logits += (size_t)blockIdx.y * nrows;
+    ticket += blockIdx.y;
     int rows[1];
     rows[0] = blockIdx.x * (HEAD_THREADS / 32) + warp;
     warp_prefetch_rows<1>(head, H, rows, nrows);
@@ -57,8 +62,8 @@ lm_head_argmax(const float* __restrict__ x, const bf16_t* __restrict__ ln, float
         best = bv[0]; bidx = bi[0];
         for (int w = 1; w < HEAD_THREADS / 32; ++w)
             if (bv[w] > best || (bv[w] == best && bi[w] < bidx)) { best = bv[w]; bidx = bi[w]; }
-        tokens_out[step] = bad ? -1 : vocab0 + bidx;
-        tok_idx[0] = bad ? 0 : bidx;
+        tokens_out[step + blockIdx.y] = bad ? -1 : vocab0 + bidx;
+        if (blockIdx.y == 0) tok_idx[0] = bad ? 0 : bidx;
         *ticket = 0;
     }
 }

@@ -4,7 +4,9 @@
 
 GPU only. Criterion per chunk: at every decode step the action logits agree (cosine >= 0.999) while the
 tokens agree; a differing token is accepted only at a near-tie of the reference logits (then the rest
-of that chunk is conditioned on different tokens and is not compared).
+of an autoregressive chunk is conditioned on different tokens and is not compared; a parallel chunk's rows
+condition on no token, so every row is compared). Parallel models planning 8 actions (K = 8: 64 action rows,
+a 96-row prefill) are compared row by row the same way.
 """
 import os
 
@@ -26,7 +28,11 @@ except ImportError:
 # model kinds the engine runs: weights x action decoding (the kernels are chosen by the model dir)
 KINDS = {"bf16": {}, "awq": {"quant": "awq"}, "ct-sym": {"quant": "compressed-tensors", "symmetric": True},
          "bf16-parallel": {"action_decoding": "parallel"},
-         "awq-parallel": {"quant": "awq", "action_decoding": "parallel"}}
+         "awq-parallel": {"quant": "awq", "action_decoding": "parallel"},
+         # 8 actions a chunk (vla_action_chunk 8): 64 action queries, 64 transient slots, the 96-row GEMMs
+         "bf16-parallel-k8": {"action_decoding": "parallel", "action_chunk": 8},
+         "awq-parallel-k8": {"quant": "awq", "action_decoding": "parallel", "action_chunk": 8}}
+K8_KINDS = ["bf16-parallel-k8", "awq-parallel-k8"]
 
 
 def cos(a, b):
@@ -41,11 +47,20 @@ MAX_REL_DELTA = 2e-2
 # the full-depth chunks (24 / 28 layers at 4096 slots) add up more rounding: measured 1.56e-2 at 0.5B (bf16-parallel,
 # H200, 2026-12-01); the 1.5B was not re-measured against this bound
 FULL_DEPTH_MAX_REL_DELTA = 3e-2
+# Not widened for 4-bit weights (issue 41 asks for the cause first): measured per row on the H200 (2026-12-03, issue
+# 37's calls) 0.5B awq-parallel 2.46e-2 (median 1.84e-2), with 8 actions 3.63e-2 over 64 rows (median 2.02e-2); 1.5B
+# awq-parallel 4.03e-2 (median 3.13e-2), with 8 actions 4.52e-2 (median 3.12e-2); bf16 1.41e-2 / 1.67e-2. So the
+# 4-bit full-depth tests of the 1.5B (and the K = 8 ones) fail this bound until issue 41's error is found.
 
 
-def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA):
+def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA, conditioned=None):
+    """Row by row (every action token of the chunk: 8, or 8 K); ``conditioned``: later rows depend on earlier
+    tokens (autoregressive; default: a chunk of 8 rows), so a near-tie token difference ends the comparison."""
     worst = 1.0
-    for s in range(ACTION_TOKENS):
+    rows = len(ref.tokens)
+    assert len(gpu.tokens) == rows and gpu.logits.shape == ref.logits.shape
+    conditioned = rows == ACTION_TOKENS if conditioned is None else conditioned
+    for s in range(rows):
         c = cos(gpu.logits[s], ref.logits[s])
         worst = min(worst, c)
         assert c >= min_cos, f"step {s}: logits cosine {c:.6f}"
@@ -56,17 +71,18 @@ def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA):
             top = np.sort(ref.logits[s])[-2:]
             assert top[1] - top[0] <= 2e-2 * (np.abs(ref.logits[s]).max() + 1e-6), \
                 f"step {s}: token {gpu.tokens[s]} != {ref.tokens[s]} without a near-tie"
-            break
+            if conditioned:
+                break
     np.testing.assert_allclose(gpu.pooled, ref.pooled, rtol=1e-4, atol=1e-5)
     return worst
 
 
-def _plan(order, n_prefix):
+def _plan(order, n_prefix, action_tokens=ACTION_TOKENS):
     from types import SimpleNamespace
 
     order = np.asarray(order, np.int32)
     return SimpleNamespace(order=order, n_prefix=n_prefix, frame_slots=order[n_prefix:n_prefix + 32],
-                           action_slots=order[-8:], frame_id=0, evicted=[])
+                           action_slots=order[-action_tokens:], frame_id=0, evicted=[])
 
 
 _TINY = {}
@@ -99,11 +115,11 @@ def test_tiny_chunks_match_reference_through_evictions(tmp_path_factory, kind):
     assert gpu.weight_format == ("w4" if "quant" in KINDS[kind] else "bf16")
     assert gpu.parallel == ("parallel" in kind)
     ref = ReferenceModel(tiny, cap)
-    kv_g = KvCache(cap, P, make_policy("fifo"))
+    kv_g = KvCache(cap, P, make_policy("fifo"), action_tokens=tiny.cfg.action_tokens)
     gpu.load_prompt(prompt, kv_g.prompt_slots)
     ref.load_prompt(prompt, kv_g.prompt_slots)
     evictions = 0
-    for fid in range(18):  # frame capacity (512-20-8)//32 = 15: the last chunks evict
+    for fid in range(18):  # frame capacity (512-20-8)//32 = 15 (K = 8: (512-20-64)//32 = 13): the last chunks evict
         plan = kv_g.plan_frame(fid)
         evictions += len(plan.evicted)
         frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
@@ -111,14 +127,16 @@ def test_tiny_chunks_match_reference_through_evictions(tmp_path_factory, kind):
         rg = gpu.run_chunk(frame, plan, start, collect_logits=True)
         rr = ref.run_chunk(frame, plan, start, collect_logits=True)
         compare_chunk(rg, rr)
+        assert rg.tokens.shape == (tiny.cfg.action_tokens,)
         kv_g.set_embedding(fid, rg.pooled)
         assert rg.timings.prefill_ms > 0 and rg.timings.vision_ms >= 0
+        assert rg.timings.prefill_tokens == rr.timings.prefill_tokens
         assert (rg.timings.decode_ms == 0) if gpu.parallel else (rg.timings.decode_ms > 0)
     assert evictions >= 3
     assert gpu.peak_vram_bytes > 0 and gpu.peak_vram_bytes <= gpu.plan["total"]
 
 
-@pytest.mark.parametrize("kind", ["bf16", "awq-parallel"])
+@pytest.mark.parametrize("kind", ["bf16", "awq-parallel", "awq-parallel-k8"])
 def test_tiny_semantic_policy_and_reordered_positions(tmp_path_factory, kind):
     """Semantic eviction removes frames from the middle: positions of later frames move."""
     from vla_edge_ros.cuda.backend import CudaBackend
@@ -130,7 +148,7 @@ def test_tiny_semantic_policy_and_reordered_positions(tmp_path_factory, kind):
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, tiny.cfg.vocab_size, P)
     gpu, ref = CudaBackend(tiny, cap), ReferenceModel(tiny, cap)
-    kv = KvCache(cap, P, make_policy("semantic"))
+    kv = KvCache(cap, P, make_policy("semantic"), action_tokens=tiny.cfg.action_tokens)
     gpu.load_prompt(prompt, kv.prompt_slots)
     ref.load_prompt(prompt, kv.prompt_slots)
     for fid in range(12):
@@ -146,6 +164,7 @@ def test_tiny_semantic_policy_and_reordered_positions(tmp_path_factory, kind):
 # Every kernel shape of the 0.5B (hidden 896, head_dim 64, 14/2 heads, FFN 4864) and the 3B (2048, 128, 16/2, 11008)
 # with the full 151936-row vocabulary, at 2 layers (the kernels do not see the depth; the full-depth 0.5B runs below)
 SHAPES = {"0.5b": "qwen2.5-0.5b", "3b": "qwen2.5-3b"}
+PRESET_OF = {**SHAPES, "1.5b": "qwen2.5-1.5b"}  # the K = 8 tests run the design's 1.5B shape too
 _SHAPED = {}
 
 
@@ -154,7 +173,7 @@ def shaped_weights(tmp_path_factory, shape, kind, layers=2, tie=True):
 
     key = (shape, kind, layers, tie)
     if key not in _SHAPED:
-        cfg = dataclasses.replace(PRESETS[SHAPES[shape]], num_hidden_layers=layers, tie_word_embeddings=tie)
+        cfg = dataclasses.replace(PRESETS[PRESET_OF[shape]], num_hidden_layers=layers, tie_word_embeddings=tie)
         d = str(tmp_path_factory.mktemp(f"{shape}-{kind}-{layers}-{int(tie)}"))
         make_model(d, cfg=cfg, seed=5, **KINDS[kind])
         _SHAPED.clear()  # one model in memory at a time (the 3B vocabulary alone is 1.2 GB in float32)
@@ -172,7 +191,7 @@ def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo"):
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, w.cfg.vocab_size, P)
     gpu, ref = CudaBackend(w, cap), ReferenceModel(w, cap)
-    kv = KvCache(cap, P, make_policy(policy))
+    kv = KvCache(cap, P, make_policy(policy), action_tokens=w.cfg.action_tokens)
     gpu.load_prompt(prompt, kv.prompt_slots)
     ref.load_prompt(prompt, kv.prompt_slots)
     evictions, worst = 0, 1.0
@@ -204,7 +223,21 @@ def test_published_shapes_match_reference_through_evictions(tmp_path_factory, sh
     assert evictions >= 3
 
 
-@pytest.mark.parametrize("shape,kind", [("0.5b", "bf16"), ("0.5b", "awq-parallel"), ("3b", "awq")])
+@pytest.mark.parametrize("kind", K8_KINDS)
+@pytest.mark.parametrize("shape", ["0.5b", "1.5b"])
+def test_k8_action_chunks_match_reference_through_evictions(tmp_path_factory, shape, kind):
+    """8 actions a chunk (64 action rows in a 96-row prefill) at the 0.5B and 1.5B shapes (2 layers, full vocabulary),
+    chunk by chunk through fifo evictions (frame capacity (400-12-64)//32 = 10, 14 frames): every one of the 64 rows
+    at cosine >= 0.999 and max |delta| <= MAX_REL_DELTA of the largest logit."""
+    w = shaped_weights(tmp_path_factory, shape, kind)
+    assert w.cfg.action_chunk == 8 and w.vision.action_queries.shape == (64, w.cfg.hidden_size)
+    worst, delta, evictions = run_through_evictions(w)
+    print(f"{shape} {kind}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}, evictions {evictions}")
+    assert evictions >= 3
+
+
+@pytest.mark.parametrize("shape,kind", [("0.5b", "bf16"), ("0.5b", "awq-parallel"), ("3b", "awq"),
+                                        ("1.5b", "awq-parallel-k8")])
 def test_untied_embeddings_and_semantic_reordering(tmp_path_factory, shape, kind):
     """Untied head / embedding (the GGUF's layout), semantic eviction (frames leave from the middle: positions move)."""
     w = shaped_weights(tmp_path_factory, shape, kind, tie=False)
@@ -308,7 +341,7 @@ def test_unsupported_shape_refused_at_start(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel"])
+@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8"])
 def test_qwen05b_full_depth_matches_reference_and_hf(tmp_path_factory, kind):
     """The 0.5B at full depth (24 layers), one chunk at 4096 slots: as the 1.5B test below."""
     d = os.environ.get("VLA_EDGE_05B_DIR_" + kind.upper().replace("-", "_"))
@@ -319,7 +352,7 @@ def test_qwen05b_full_depth_matches_reference_and_hf(tmp_path_factory, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel"])
+@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8"])
 def test_qwen15b_plan_fits_8gib_and_matches_reference_and_hf(tmp_path_factory, kind):
     """1.5B shape, one chunk: CUDA vs the NumPy reference of the same model at every step (logits cosine >= 0.999);
     autoregressive bf16 also vs HF transformers fp32 (teacher-forced with the GPU's tokens)."""
@@ -337,14 +370,14 @@ def full_chunk_vs_reference_and_hf(big, kind, label):
     prompt = rng.integers(0, w.cfg.vocab_size, P)
     slots = np.arange(P, dtype=np.int32)
     gpu.load_prompt(prompt, slots)
-    n_prefix = P
-    order = np.arange(P + 40, dtype=np.int32)  # no eviction: positions == HF positions
+    n_prefix, A = P, w.cfg.action_tokens
+    order = np.arange(P + 32 + A, dtype=np.int32)  # no eviction: positions == HF positions
     frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
     start = int(w.cfg.vocab_size - 300)
-    rg = gpu.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True)
+    rg = gpu.run_chunk(frame, _plan(order, n_prefix, A), start, collect_logits=True)
     ref = ReferenceModel(w, cap)
     ref.load_prompt(prompt, slots)
-    rr = ref.run_chunk(frame, _plan(order, n_prefix), start, collect_logits=True)
+    rr = ref.run_chunk(frame, _plan(order, n_prefix, A), start, collect_logits=True)
     compare_chunk.max_delta = 0.0
     worst_ref = compare_chunk(rg, rr, max_rel_delta=FULL_DEPTH_MAX_REL_DELTA)
     print(f"{label} {kind}: worst logits cosine vs reference {worst_ref:.6f}, max |delta| / max |ref| "

@@ -80,7 +80,7 @@ def attention(*args, **kw):
     return launch_attention(*args, **kw)
 
 
-@pytest.mark.parametrize("rows", [32, 48])
+@pytest.mark.parametrize("rows", [32, 48, 96])
 @pytest.mark.parametrize("N,K,mode,ks", [(128, 512, "store", 1), (1024, 1536, "add", 5), (128, 8960, "add", 7),
                                          (512, 8960, "store", 1), (2048, 1536, "add", 24), (256, 128, "add", 3),
                                          # 0.5B q/k/v, down; 3B q/k/v, down; the text head's store over many rows
@@ -106,7 +106,9 @@ def swiglu_twin(X, w, inter):
 
 @pytest.mark.parametrize("fmt", ["bf16", "w4"])
 @pytest.mark.parametrize("rows,inter,K", [(32, 8960, 1536), (48, 8960, 1536), (48, 256, 512), (32, 4864, 896),
-                                          (48, 4864, 896), (32, 11008, 2048)])
+                                          (48, 4864, 896), (32, 11008, 2048),
+                                          # 96 rows: 32 vision + 64 action queries (8 actions)
+                                          (96, 8960, 1536), (96, 4864, 896), (96, 256, 512)])
 def test_gemm_swiglu(k, fmt, rows, inter, K):
     """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu)."""
     rng = np.random.default_rng()
@@ -134,7 +136,10 @@ def test_gemm_swiglu(k, fmt, rows, inter, K):
     # the 0.5B shape (head_dim 64, 7 query heads a KV head) and the 3B one (128, 8)
     (1, 4000, 64, 7, 1, 64), (1, 4055, 64, 7, 1, 64), (1, 0, 64, 7, 1, 64), (1, 100, 16, 7, 1, 64),
     (32, 3000, 22, 7, 32, 64), (32, 17, 8, 7, 32, 64), (40, 3000, 22, 7, 32, 64), (40, 0, 4, 7, 32, 64),
-    (7, 29, 3, 7, 7, 64), (1, 4000, 64, 8, 1, 128), (32, 3000, 16, 8, 32, 128), (40, 100, 8, 8, 32, 128)])
+    (7, 29, 3, 7, 7, 64), (1, 4000, 64, 8, 1, 128), (32, 3000, 16, 8, 32, 128), (40, 100, 8, 8, 32, 128),
+    # 8 planned actions: 32 vision + 64 action queries (9 / 11 / 12 row groups a KV head; one split on 8 SMs)
+    (96, 3000, 15, 6, 32, 128), (96, 17, 1, 6, 32, 128), (96, 3000, 12, 7, 32, 64), (96, 0, 3, 7, 32, 64),
+    (96, 100, 11, 8, 32, 128), (96, 300, 4, 2, 32, 128)])
 def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from, D):
     """attn_partial/attn_combine: causal by index, and rows t >= bidir_from (parallel action queries) see every
     key of the call."""
@@ -165,6 +170,15 @@ def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from, D)
     assert np.abs(out.get() - ref).max() < 0.05 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("D", [64, 128])
+def test_attention_residency_is_what_the_plan_assumes(k, D):
+    """vram_plan.ATT_RESIDENT (the K > 1 prefill's split rule counts waves with it) is the occupancy API's answer."""
+    from vla_edge_ros.vram_plan import ATT_RESIDENT
+
+    la = L.Launcher(k, cp.cuda.Stream(non_blocking=True))
+    assert la.blocks_per_sm(f"attn_partial_{D}", 128, fallback=0) == ATT_RESIDENT[D]
+
+
 @pytest.mark.parametrize("H,rows", [(1536, 256), (896, 256), (2048, 256), (896, 4224)])
 def test_lm_head_argmax(k, H, rows):
     """The action head (256 rows), and the full-vocabulary head GEMV of text_logits (any multiple of 8 rows)."""
@@ -190,6 +204,33 @@ def test_lm_head_argmax(k, H, rows):
     L.lm_head_argmax(k, cp.zeros(H, cp.float32) + 1, cp.asarray(ln), 1e-6, H, cp.zeros((rows, H), cp.uint16),
                      logits[2], ticket, tokidx, tokens, 2, V0)
     assert int(tokidx.get()[0]) == 0
+
+
+def test_lm_head_argmax_over_many_rows_in_one_launch(k):
+    """n_x rows of x in one launch (a parallel chunk's K x 8 action rows): row r's logits, its own ticket and token
+    tokens[step + r] as n_x launches of one row would give; a non-finite row gives -1 at its own place only."""
+    rng = np.random.default_rng()
+    H, V0, n = 1536, 151936 - 256, 64
+    x = rng.standard_normal((n, H)).astype(np.float32)
+    x[37, 5] = np.nan
+    ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    head = bf(rng, (256, H), 0.05)
+    logits = poison((n, 256))
+    ticket = cp.zeros(n, cp.int32)
+    tokidx = cp.full(1, -1, cp.int32)
+    tokens = cp.full(n + 2, -7, cp.int32)
+    L.lm_head_argmax(k, cp.asarray(x), cp.asarray(ln), 1e-6, H, cp.asarray(head), logits, ticket, tokidx, tokens, 1,
+                     V0, n_x=n)
+    with np.errstate(all="ignore"):
+        ref = ops.rms_norm(x, bf16_to_f32(ln), 1e-6) @ bf16_to_f32(head).T
+    got, toks = logits.get(), tokens.get()
+    finite = np.arange(n) != 37
+    assert rel(got[finite], ref[finite]) < 1e-5
+    want = np.where(finite, V0 + np.argmax(np.where(np.isfinite(got), got, -np.inf), axis=1), -1)
+    np.testing.assert_array_equal(toks[1:n + 1], want)
+    assert toks[0] == -7 and toks[n + 1] == -7  # nothing outside tokens[step .. step + n)
+    assert (ticket.get() == 0).all()  # every row's ticket reset
+    assert int(tokidx.get()[0]) == int(np.argmax(got[0]))  # row 0's index
 
 
 def test_lm_head_argmax_non_finite_gives_minus_one(k):
@@ -495,7 +536,10 @@ def test_w4_device_arrays_match_the_test_packing():
                                               (48, 512, 8960, "add", 44), (48, 17920, 1536, "store", 1),
                                               (48, 1536, 256, "add", 2), (32, 1152, 896, "add", 7),
                                               (48, 896, 4864, "add", 19), (32, 2560, 2048, "add", 8),
-                                              (48, 2048, 11008, "add", 43), (32, 896, 896, "store", 1)])
+                                              (48, 2048, 11008, "add", 43), (32, 896, 896, "store", 1),
+                                              (96, 128, 1536, "store", 1), (96, 512, 8960, "add", 44),
+                                              (96, 1536, 256, "add", 2), (96, 1152, 896, "add", 7),
+                                              (96, 896, 4864, "add", 19), (96, 2048, 11008, "add", 43)])
 def test_gemm_w4(k, scale_dtype, rows, N, K, mode, ks):
     """kernels/gemm.cu, 4-bit weights (fp16 or bf16 scales, zero points), store and split-K accumulation: the
     twin multiplies the weights rounded as the kernel rounds them (QuantTensor.dequantize_bf16), and a 48-row

@@ -125,23 +125,24 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
 
     with open(os.path.join(KDIR, "gemm.cu")) as f:
         defaults = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GEMM_\w+) (\d+)", f.read())}
-    ns = _launch_py_names("GEMM_CFG", "gemm_smem_bytes", "gemm_block_rows", "gemm_kernel_rows")
+    ns = _launch_py_names("GEMM_CFG", "GEMM_ROWS", "gemm_smem_bytes", "gemm_block_rows", "gemm_kernel_rows")
     cfg = ns["GEMM_CFG"]
     b, w = cfg["bf16"], cfg["w4"]
     assert (b["nt"], b["kw"], b["stages"]) == (defaults["GEMM_NT_BF16"], defaults["GEMM_KW_BF16"],
                                                defaults["GEMM_STAGES_BF16"])
     assert (w["nw"], w["stages"]) == (defaults["GEMM_NW_W4"], defaults["GEMM_STAGES_W4"])
     assert ns["gemm_block_rows"]("w4") == 64 * defaults["GEMM_NW_W4"]  # W4::NB
+    assert ns["GEMM_ROWS"] == (32, 48, 96)
     for fmt in ("bf16", "w4"):
-        for rows in (32, 48):  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
+        for rows in ns["GEMM_ROWS"]:  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
             assert ns["gemm_smem_bytes"](fmt, rows) <= 227 * 1024
     # the instances the launcher names exist in the source
     with open(os.path.join(KDIR, "gemm.cu")) as f:
         src = f.read()
     for fmt in ("bf16", "w4"):
-        for rows in (32, 48):
+        for rows in ns["GEMM_ROWS"]:
             t = ns["gemm_kernel_rows"](fmt, rows)
-            assert re.search(rf"GEMM_{'BF16' if fmt == 'bf16' else 'W4'}\(\d, {t}\)", src), (fmt, t)
+            assert re.search(rf"^GEMM_{'BF16' if fmt == 'bf16' else 'W4'}\(\d+, {t}[,)]", src, re.M), (fmt, t)
 
 
 def test_gemv_launcher_plan_matches_the_kernel_defaults():

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 BLENDS = ("latest", "weighted")
-MAX_ACTION_CHUNK = 8  # the most actions a chunk may plan (config vla_action_chunk 1..8)
 BLEND_WEIGHT = 0.7  # LeRobot async inference's weighted_average: 0.3 * old + 0.7 * new
 
 

@@ -1,14 +1,15 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""Shapes fixed by the design (DESIGN.md §1): one frame is 32 vision tokens, one chunk decodes 8 actions; and
-the design's default numbers, one home for each."""
+"""Shapes fixed by the design (DESIGN.md §1): one frame is 32 vision tokens, one action is 8 tokens (a chunk decodes
+one action, or K of them in one parallel pass, §17); and the design's default numbers, one home for each."""
 
 FRAME_H, FRAME_W, FRAME_C = 64, 128, 3
 PATCH = 16
 GRID_H, GRID_W = FRAME_H // PATCH, FRAME_W // PATCH  # 4 x 8
 VISION_TOKENS = GRID_H * GRID_W  # 32
 PATCH_DIM = PATCH * PATCH * FRAME_C  # 768, flattened (row, col, channel) inside a patch
-ACTION_TOKENS = 8  # decode passes per chunk, one transient KV slot each
+ACTION_TOKENS = 8  # tokens of one action (its 8 dimensions): decode passes per chunk, one transient KV slot each
+MAX_ACTION_CHUNK = 8  # actions a parallel chunk may plan (vla_action_chunk K: K x 8 action tokens in one pass)
 ACTION_VOCAB = 256  # the last 256 ids of the vocabulary (OpenVLA convention)
 
 # The design's defaults (DESIGN.md §1): the node's parameters, the tools' options and the core's keyword

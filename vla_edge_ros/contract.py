@@ -12,7 +12,10 @@
 
 A model decodes its 8 action tokens either autoregressively (8 passes, one token each) or in parallel (the 8
 action queries enter with the frame's 32 vision tokens in one pass); ``PhaseTimings`` describes both: a parallel
-chunk has ``decode_tokens == 0`` and ``prefill_tokens == 40``.
+chunk has ``decode_tokens == 0`` and ``prefill_tokens == 40``. A parallel model may plan K actions (config.json
+``vla_action_chunk``, 1..MAX_ACTION_CHUNK; DESIGN.md §17): K x 8 action queries in the same pass, K x 8 transient
+slots, ``prefill_tokens == 32 + 8 K``; token 8 k + d is dimension d of the action for tick t0 + k (t0: the tick of
+the chunk's frame). Autoregressive models plan one action (K = 1).
 """
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ from .constants import ACTION_TOKENS, VISION_TOKENS
 
 @dataclass
 class ChunkPlan:
-    order: np.ndarray  # int32 [n_prefix + 32 + 8]; position of order[i] is i
+    order: np.ndarray  # int32 [n_prefix + 32 + A] (A = 8 K action tokens); position of order[i] is i
     n_prefix: int  # prompt + retained older frames, in tokens
     frame_slots: np.ndarray  # int32 [32] == order[n_prefix:n_prefix+32]
-    action_slots: np.ndarray  # int32 [8] == order[-8:]
+    action_slots: np.ndarray  # int32 [A] == order[-A:]
     frame_id: int
     evicted: list[int] = field(default_factory=list)  # frame ids evicted to make room (or by the window)
 
@@ -61,10 +64,10 @@ class NonFiniteOutput(RuntimeError):
 
 @dataclass
 class BackendResult:
-    tokens: np.ndarray  # int32 [8], ids in the last-256 range; NON_FINITE_TOKEN where the row's logits were not finite
+    tokens: np.ndarray  # int32 [8 K], ids in the last-256 range; NON_FINITE_TOKEN where a row's logits were not finite
     pooled: np.ndarray  # float32 [H]: mean of the frame's 32 vision embeddings
     timings: PhaseTimings
-    logits: np.ndarray | None = None  # [8, 256] action logits when a test asks for them
+    logits: np.ndarray | None = None  # [8 K, 256] action logits when a test asks for them
 
 
 class Backend(Protocol):
@@ -76,13 +79,14 @@ class Backend(Protocol):
 
     def run_chunk(self, frame: np.ndarray, plan: ChunkPlan, start_token: int,
                   collect_logits: bool = False) -> BackendResult:
-        """Vision -> cache insert -> prefill (-> decode) -> 8 action tokens, for one frame."""
+        """Vision -> cache insert -> prefill (-> decode) -> 8 K action tokens, for one frame."""
 
 
 class EngineProtocol(Protocol):
     backend_name: str  # "numpy" | "cuda"
     weight_format: str  # "bf16" | "w4"
     action_decoding: str  # "autoregressive" | "parallel"
+    action_chunk: int  # K: actions one chunk plans (1: one action; a parallel model's vla_action_chunk)
     phase_tokens: tuple[int, int]  # (prefill tokens, decode tokens) of one chunk, what admission counts
     busy: bool  # a chunk runs on the worker thread
     fault_hook: object  # test-only: called with the ChunkPlan before the backend runs

@@ -51,19 +51,20 @@ class EdgeError(ValueError):
 # -- bytes per chunk ------------------------------------------------------------------------------
 
 
-def frame_capacity(capacity: int, prompt_tokens: int) -> int:
-    """Frame blocks a cache of ``capacity`` slots holds (kv_cache.KvCache's layout: prompt, 8 action slots,
-    then 32-slot blocks)."""
-    return (int(capacity) - int(prompt_tokens) - ACTION_TOKENS) // VISION_TOKENS
+def frame_capacity(capacity: int, prompt_tokens: int, action_tokens: int = ACTION_TOKENS) -> int:
+    """Frame blocks a cache of ``capacity`` slots holds (kv_cache.KvCache's layout: prompt, the action slots (8, or
+    8 K for a model that plans K actions), then 32-slot blocks)."""
+    return (int(capacity) - int(prompt_tokens) - int(action_tokens)) // VISION_TOKENS
 
 
-def full_cache_keys(capacity: int, prompt_tokens: int) -> int:
+def full_cache_keys(capacity: int, prompt_tokens: int, action_tokens: int = ACTION_TOKENS) -> int:
     """Keys the middle decode pass attends with every block in use: prompt + retained frames + the new frame
-    + its action slots up to the middle pass (pass i attends i+1 of them; 1 + 8//2 is the mean, rounded up)."""
-    blocks = frame_capacity(capacity, prompt_tokens)
+    + its action slots up to the middle pass (pass i attends i+1 of them; 1 + 8//2 is the mean, rounded up).
+    ``action_tokens``: the cache's transient slots (8 K), which take room from the frames."""
+    blocks = frame_capacity(capacity, prompt_tokens, action_tokens)
     if blocks < 1:
         raise EdgeError(f"capacity {capacity} holds no frame with a {prompt_tokens}-token prompt "
-                        f"(needs at least {min_capacity(prompt_tokens)})")
+                        f"(needs at least {min_capacity(prompt_tokens, action_tokens=action_tokens)})")
     return int(prompt_tokens) + blocks * VISION_TOKENS + 1 + ACTION_TOKENS // 2
 
 
@@ -118,9 +119,11 @@ def chunk_bytes(cfg, capacity: int, attended_keys: int | None = None, weights: s
     ``attended_keys``: keys the middle decode pass attends (default: a full cache, :func:`full_cache_keys`);
     the frame's context (prompt + retained frames + the new frame) is ``attended_keys - 1 - 8//2``.
     ``weights``: "bf16" | "w4" (default: "w4" when ``cfg.quant`` is set). ``decoding``: "autoregressive" (8
-    passes) | "parallel" (no decode pass: the prefill covers 32 vision + 8 action rows and the head reads its
-    256 rows once); default ``cfg.action_decoding``. ``prompt_tokens``: the pinned prompt's length (default:
-    the engine's DEFAULT_PROMPT_TOKENS).
+    passes) | "parallel" (no decode pass: the prefill covers 32 vision + 8 K action rows and the head reads its
+    256 rows once); default ``cfg.action_decoding``. K: ``cfg.action_chunk`` for parallel decoding (the actions the
+    pass plans; its 8 K transient slots also take room from the frames), 1 for autoregressive (a what-if on a K > 1
+    model counts one action). ``prompt_tokens``: the pinned prompt's length (default: the engine's
+    DEFAULT_PROMPT_TOKENS).
     """
     fmt, bits, group, zeros = _weight_format(cfg, weights)
     decoding = decoding if decoding is not None else getattr(cfg, "action_decoding", "autoregressive")
@@ -130,7 +133,9 @@ def chunk_bytes(cfg, capacity: int, attended_keys: int | None = None, weights: s
         prompt_tokens = DEFAULT_PROMPT_TOKENS
     if int(prompt_tokens) < 0:
         raise EdgeError(f"prompt_tokens {prompt_tokens} must be >= 0")
-    full = full_cache_keys(capacity, prompt_tokens)
+    chunk = int(getattr(cfg, "action_chunk", 1)) if decoding == "parallel" else 1
+    A = ACTION_TOKENS * chunk  # action tokens (and transient slots) of one chunk
+    full = full_cache_keys(capacity, prompt_tokens, A)
     if attended_keys is None:
         attended_keys = full
     mid = 1 + ACTION_TOKENS // 2
@@ -156,13 +161,15 @@ def chunk_bytes(cfg, capacity: int, attended_keys: int | None = None, weights: s
         decode_pass = layers + head + 2 * H + per_key * (attended_keys + 1)
     else:
         passes = 0
-        prefill_rows = VISION_TOKENS + ACTION_TOKENS
-        # 40 rows: attends context + 8 action queries, writes 40 keys; 8 action-slot embeddings in; head once
-        prefill = (layers + per_key * (context + ACTION_TOKENS + prefill_rows) + 2 * ACTION_TOKENS * H + head)
+        prefill_rows = VISION_TOKENS + A
+        # 32 + 8 K rows: attends context + the 8 K action queries, writes 32 + 8 K keys; 8 K action-slot embeddings
+        # in; head once
+        prefill = (layers + per_key * (context + A + prefill_rows) + 2 * A * H + head)
         decode_pass = 0
     total = vision + prefill + passes * decode_pass
     return {
         "weights": fmt, "bits": bits, "group_size": group, "zero_points": zeros, "decoding": decoding,
+        "action_chunk": chunk,
         "capacity": int(capacity), "prompt_tokens": int(prompt_tokens), "attended_keys": attended_keys,
         "prefill_rows": prefill_rows, "layer_weight_bytes": layers, "kv_bytes_per_key": per_key,
         "head_bytes": head, "vision": vision, "prefill": prefill, "decode_pass": decode_pass,
@@ -349,8 +356,11 @@ def efficiency_from_measurement(chunk_bytes_total: float, chunk_ms: float, copy_
 
 
 def chunk_kind(bytes_by_phase: dict) -> str:
-    """The measurement key of a chunk: weight format, + "-parallel" for parallel action decoding."""
-    return bytes_by_phase.get("weights", "") + ("-parallel" if bytes_by_phase.get("decoding") == "parallel" else "")
+    """The measurement key of a chunk: weight format, + "-parallel" for parallel action decoding, + "-k<K>" for a
+    parallel chunk of K > 1 actions (its own measurement: another K's time is never used for it)."""
+    k = int(bytes_by_phase.get("action_chunk", 1))
+    return (bytes_by_phase.get("weights", "") + ("-parallel" if bytes_by_phase.get("decoding") == "parallel" else "")
+            + (f"-k{k}" if k > 1 else ""))
 
 
 def project(bytes_by_phase: dict, board: Board, efficiency: float | None = None, period_ms: float = PERIOD_MS,

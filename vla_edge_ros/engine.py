@@ -1,7 +1,8 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 """One reasoning chunk, backend-agnostic: encode frame -> cache insert (eviction) -> prefill 32 vision
-tokens -> 8 constrained greedy decode passes -> action.
+tokens -> 8 constrained greedy decode passes -> action; a parallel model instead runs its K x 8 action queries in
+the prefill and gets K actions (vla_action_chunk K; action k is for tick t0 + k, DESIGN.md §17).
 
 The engine owns the KvCache bookkeeping (host side, no device round trip) and hands each backend a
 ChunkPlan. `submit` runs the chunk on one worker thread so the control loop can wait for it with a
@@ -40,8 +41,8 @@ class EngineError(RuntimeError):
 
 @dataclass
 class ChunkResult:
-    tokens: np.ndarray
-    action: np.ndarray  # float32 [8]
+    tokens: np.ndarray  # int32 [8 K]
+    action: np.ndarray  # float32 [8]: actions[0], the action for the tick of the chunk's frame
     timings: PhaseTimings
     frame_id: int
     evicted: list[int]
@@ -49,6 +50,11 @@ class ChunkResult:
     cache_tokens: int
     backend: str = ""
     logits: np.ndarray | None = field(default=None, repr=False)
+    actions: np.ndarray | None = None  # float32 [K, 8]: row k the action for tick t0 + k (K = Engine.action_chunk)
+
+    def __post_init__(self):
+        if self.actions is None:  # a one-action result (callers that build one by hand)
+            self.actions = np.asarray(self.action, np.float32).reshape(1, -1)
 
 
 def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: float):
@@ -102,7 +108,8 @@ def check_finite(r: BackendResult) -> None:
         raise NonFiniteOutput("vision", "non-finite vision embedding: the vision projector overflowed", r.timings)
     bad = np.flatnonzero(np.asarray(r.tokens) == NON_FINITE_TOKEN)
     if bad.size:
-        raise NonFiniteOutput("action logits", f"non-finite action logits at action {', '.join(map(str, bad))}: the "
+        shown = ", ".join(map(str, bad[:16])) + (f" (+{bad.size - 16} more)" if bad.size > 16 else "")
+        raise NonFiniteOutput("action logits", f"non-finite action logits at action token {shown}: the "
                               "transformer layers, the final norm or the head overflowed", r.timings)
 
 
@@ -143,7 +150,8 @@ class Engine:
         self.fault_hook = None  # tests inject faults here: called with the plan before the backend runs
 
     def _new_cache(self) -> KvCache:
-        return KvCache(self.capacity, len(self.prompt_ids), make_policy(self.policy_name, self.window_frames))
+        return KvCache(self.capacity, len(self.prompt_ids), make_policy(self.policy_name, self.window_frames),
+                       action_tokens=self.cfg.action_tokens)
 
     @property
     def backend_name(self) -> str:
@@ -160,10 +168,15 @@ class Engine:
         return self.cfg.action_decoding
 
     @property
+    def action_chunk(self) -> int:
+        """K: the actions one chunk plans (config.json vla_action_chunk; 1 for autoregressive models)."""
+        return self.cfg.action_chunk
+
+    @property
     def phase_tokens(self) -> tuple[int, int]:
-        """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts."""
+        """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts (parallel: 32 + 8 K)."""
         if self.cfg.parallel:
-            return VISION_TOKENS + ACTION_TOKENS, 0
+            return VISION_TOKENS + self.cfg.action_tokens, 0
         return VISION_TOKENS, ACTION_TOKENS
 
     def set_worker_priority(self, priority: int) -> str | None:
@@ -198,9 +211,12 @@ class Engine:
                 self.cache.discard(frame_id)
                 raise
             self.cache.set_embedding(frame_id, r.pooled)
-            return ChunkResult(tokens=r.tokens, action=self.decoder.decode(r.tokens), timings=r.timings,
+            # row k: tokens 8k..8k+7, the action for tick t0 + k, decoded as one action is
+            actions = np.stack([self.decoder.decode(row) for row in np.reshape(r.tokens, (-1, ACTION_TOKENS))])
+            return ChunkResult(tokens=r.tokens, action=actions[0], timings=r.timings,
                                frame_id=frame_id, evicted=list(plan.evicted), retained=self.cache.retained(),
-                               cache_tokens=len(plan.order), backend=self.backend.name, logits=r.logits)
+                               cache_tokens=len(plan.order), backend=self.backend.name, logits=r.logits,
+                               actions=actions)
 
     def submit(self, frame: np.ndarray) -> concurrent.futures.Future:
         """Run a chunk on the worker thread. The engine is `busy` until that chunk finishes, even if the
@@ -267,6 +283,7 @@ class Engine:
         s["backend"] = self.backend.name
         s["weights"] = self.weight_format
         s["action_decoding"] = self.action_decoding
+        s["action_chunk"] = self.action_chunk
         s["prompt_tokens"] = int(len(self.prompt_ids))
         s["instruction_tokens"] = int(self.instruction.instruction_tokens)
         peak = getattr(self.backend, "peak_vram_bytes", None)

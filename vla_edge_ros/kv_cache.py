@@ -5,8 +5,9 @@
 The cache has `capacity` slots per layer, laid out once:
 
     [0, P)              system prompt, never evicted
-    [P, P+8)            transient action slots, overwritten every chunk
-    [P+8, ...)          `frame_capacity` blocks of 32 contiguous slots, one frame each
+    [P, P+A)            transient action slots, overwritten every chunk (A = `action_tokens`: 8, or K x 8 for
+                        a model that plans K actions in one parallel pass)
+    [P+A, ...)          `frame_capacity` = (capacity - P - A) // 32 blocks of 32 contiguous slots, one frame each
     (tail)              leftover slots too few for a block, never used
 
 This module only moves integers: it decides which slots a chunk writes and in which order attention
@@ -28,14 +29,16 @@ def min_capacity(prompt_tokens: int, frame_tokens: int = VISION_TOKENS, action_t
     return int(prompt_tokens) + int(action_tokens) + int(frame_tokens)
 
 
-def capacity_problem(capacity: int, prompt_tokens: int, label: str | None = None) -> str | None:
+def capacity_problem(capacity: int, prompt_tokens: int, label: str | None = None,
+                     action_tokens: int = ACTION_TOKENS) -> str | None:
     """None when `capacity` slots hold a `prompt_tokens` prompt (min_capacity), else one line; `label` names the
-    value (default ``kv_capacity_tokens=<capacity>``, a tool's option e.g. ``--capacity <capacity>``)."""
-    need = min_capacity(prompt_tokens)
+    value (default ``kv_capacity_tokens=<capacity>``, a tool's option e.g. ``--capacity <capacity>``);
+    `action_tokens`: the model's transient action slots (ModelConfig.action_tokens: K x 8)."""
+    need = min_capacity(prompt_tokens, action_tokens=action_tokens)
     if capacity >= need:
         return None
     return (f"{label or f'kv_capacity_tokens={capacity}'} is too small: the {prompt_tokens}-token prompt + one "
-            f"{VISION_TOKENS}-token frame + {ACTION_TOKENS} action tokens need {need}")
+            f"{VISION_TOKENS}-token frame + {action_tokens} action tokens need {need}")
 
 
 _PROMPT = -2  # owner tags in check_invariants' slot map; frame ids are >= 0

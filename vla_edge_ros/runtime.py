@@ -24,7 +24,7 @@ from .action_plan import ActionPlan, check_plan_settings
 from .admission import AdmissionController
 from .command_limits import CommandLimiter
 from .contract import NonFiniteOutput
-from .constants import FRAME_C, FRAME_H, FRAME_W
+from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W
 from .cycle import CycleOutcome, ReasoningCycle, probe_after_cycles
 from .diagnostics import LoopRecord, loop_record
 from .frame_buffer import FrameBuffer
@@ -397,9 +397,10 @@ def resolve_model(model_path: str | None, settings) -> str:
         values["model_path"] = model_path
     values = validate_reasoning(values)
     path = values["model_path"] or generated_model("tiny", 0)  # validate_reasoning: empty only with make_tiny_model
-    validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path))
-    problems = check_plan_settings(values["chunk_execute"], values["chunk_blend"], values["chunk_blend_weight"],
-                                   model_action_chunk(path))
+    chunk = model_action_chunk(path)
+    validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path),
+                       action_tokens=ACTION_TOKENS * chunk)
+    problems = check_plan_settings(values["chunk_execute"], values["chunk_blend"], values["chunk_blend_weight"], chunk)
     if problems:
         from .settings import ParamError
 

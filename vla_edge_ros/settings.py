@@ -21,11 +21,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .action_plan import BLEND_WEIGHT, BLENDS, MAX_ACTION_CHUNK
+from .action_plan import BLEND_WEIGHT, BLENDS
 from .actions import DEFAULT_DIM_NAMES
 from .admission import budget_problem
-from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_FRAME_AGE_MS,
-                        PERIOD_MS, SAFETY_MARGIN_MS, VRAM_CEILING_GB)
+from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV_CAPACITY_TOKENS, MAX_ACTION_CHUNK,
+                        MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS, VRAM_CEILING_GB)
 from .cycle import FALLBACK_MODES, HOLD_TIMEOUT_S, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
@@ -239,14 +239,16 @@ def check_specs(values: dict[str, Any], specs) -> list[str]:
     return problems
 
 
-def check_capacity(capacity: int, prompt_tokens: int) -> list[str]:
-    """The capacity rule (kv_cache.capacity_problem) as a problem list."""
-    problem = capacity_problem(capacity, prompt_tokens)
+def check_capacity(capacity: int, prompt_tokens: int, action_tokens: int = ACTION_TOKENS) -> list[str]:
+    """The capacity rule (kv_cache.capacity_problem) as a problem list; `action_tokens`: the model's (K x 8)."""
+    problem = capacity_problem(capacity, prompt_tokens, action_tokens=action_tokens)
     return [problem] if problem else []
 
 
-def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[str, Any]:
-    """All start-up checks of the reasoning node. Returns the values; raises ParamError (one message)."""
+def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0,
+                       action_tokens: int = ACTION_TOKENS) -> dict[str, Any]:
+    """All start-up checks of the reasoning node. Returns the values; raises ParamError (one message).
+    `prompt_tokens` / `action_tokens`: the model's prompt and transient action slots, for the capacity rule."""
     v = defaults(REASONING_SPECS)
     v.update(values)
     problems = check_specs(v, REASONING_SPECS)
@@ -261,7 +263,7 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0) -> dict[s
     if bad:
         problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
     if isinstance(v["kv_capacity_tokens"], int):
-        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens)
+        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens, action_tokens)
     if not v["model_path"] and not v["make_tiny_model"]:
         problems.append(
             "model_path is empty: set model_path:=<model dir> (vla-edge-make-model --preset tiny --out DIR "

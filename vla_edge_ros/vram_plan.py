@@ -77,10 +77,10 @@ def check_cuda_shape(cfg) -> None:
                                     + " (use backend: numpy)")
 
 
-def io_bytes(hidden: int, capacity: int) -> tuple[int, int]:
+def io_bytes(hidden: int, capacity: int, action_tokens: int = ACTION_TOKENS) -> tuple[int, int]:
     """Sizes of the input block (frame, order table, params, start row) and the output block (tokens,
     timestamps, pooled embedding), laid out as the CUDA backend does."""
-    return in_layout(hidden, capacity)[1], out_layout(hidden)[1]
+    return in_layout(hidden, capacity)[1], out_layout(hidden, action_tokens)[1]
 
 
 def in_layout(hidden: int, capacity: int) -> tuple[dict[str, int], int]:
@@ -91,8 +91,10 @@ def in_layout(hidden: int, capacity: int) -> tuple[dict[str, int], int]:
     return {"frame": 0, "order": o_order, "params": o_params, "start": o_start}, _align(o_start + 2 * hidden)
 
 
-def out_layout(hidden: int) -> tuple[dict[str, int], int]:
-    o_ts = 64
+def out_layout(hidden: int, action_tokens: int = ACTION_TOKENS) -> tuple[dict[str, int], int]:
+    """Byte offsets of the output block: the chunk's int32 tokens (8 K of them), the timestamps, the pooled
+    embedding; 8 tokens keep the layout of one action (timestamps at 64)."""
+    o_ts = _align(4 * int(action_tokens), 64)
     o_pooled = _align(o_ts + 8 * N_STAMPS, 64)
     return {"tokens": 0, "ts": o_ts, "pooled": o_pooled}, _align(o_pooled + 4 * hidden)
 
@@ -102,10 +104,21 @@ def linear_bytes(n: int, k: int, quantized: bool) -> int:
     return n * k // 2 + n * (k // GROUP_SIZE) * 4 if quantized else 2 * n * k
 
 
+def prefill_rows(tokens: int) -> int:
+    """Rows of the prefill buffers for ``tokens`` real rows: a row count kernels/gemm.cu has an instance for. 32 (the
+    vision tokens alone); 48 for one parallel action (32 + 8: the 4-bit body multiplies the 40 real rows, the bf16 one
+    8 zero rows too); 96 for 2..8 actions (32 + 8 K; K < 8 pads with zero rows: one more instance, not seven)."""
+    for rows, most in ((32, 32), (48, 40), (96, 96)):
+        if tokens <= most:
+            return rows
+    raise ValueError(f"{tokens} prefill tokens: the prefill GEMM has instances for up to 96 rows")
+
+
 @dataclass(frozen=True)
 class Layout:
-    rows: int  # prefill GEMM rows: 32, or 48 (32 vision + 8 parallel action queries + 8 zero rows)
-    tokens: int  # prefill tokens: 32, or 40 with parallel action decoding
+    rows: int  # prefill GEMM rows (prefill_rows): 32, 48 (32 vision + 8 parallel action queries + 8 zero rows) or
+    # 96 (32 vision + 8 K action queries of K = 2..8 actions, zero rows to 96)
+    tokens: int  # prefill tokens: 32, or 32 + 8 K with parallel action decoding
     decode_passes: int  # 8 (autoregressive) or 0 (parallel)
     decode_splits: int
     prefill_splits: int
@@ -118,6 +131,23 @@ def attention_splits(sms: int, nkv: int, row_groups: int) -> int:
     return max(1, min(64, round(2 * int(sms) / (nkv * row_groups))))
 
 
+# attn_partial_<D> blocks an SM holds (128 threads; sm_90 ptxas: 243 registers a thread at D 128, 154 at D 64; shared
+# memory 43.5 / 23 KB): test_cuda_kernels checks these against the occupancy API
+ATT_RESIDENT = {64: 3, 128: 2}
+WAVE_SLACK = 1.1  # wave_splits takes the fewest splits within this factor of the best waves per split
+
+
+def wave_splits(slots: int, blocks_per_split: int) -> int:
+    """Key splits (1..64) of a prefill attention whose blocks come in waves of ``slots`` (SMs x resident blocks): each
+    split adds ``blocks_per_split`` blocks and divides every block's keys, so the time goes as waves / splits; the
+    fewest splits within WAVE_SLACK of the least (every extra split costs a Q load and a partial to combine). The
+    K > 1 prefill's rule: there attention_splits' 'about two an SM' left one block over a wave (measured on 8 SMs at
+    1.5B: 18 blocks of all 4069 keys in 16 slots, two waves)."""
+    cost = {s: -(-blocks_per_split * s // slots) / s for s in range(1, 65)}
+    best = min(cost.values())
+    return min(s for s, c in cost.items() if c <= WAVE_SLACK * best)
+
+
 def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
     NH, NKV, L = int(cfg.num_attention_heads), int(cfg.num_key_value_heads), int(cfg.num_hidden_layers)
@@ -126,17 +156,24 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     NQ, NKVD = NH * D, NKV * D
     NQKV = NQ + 2 * NKVD
     parallel, quant = cfg.parallel, cfg.weight_format == "w4"
-    tokens = VISION_TOKENS + (ACTION_TOKENS if parallel else 0)
-    rows = 48 if parallel else 32
+    A = int(getattr(cfg, "action_tokens", ACTION_TOKENS))  # 8 K action tokens
+    tokens = VISION_TOKENS + (A if parallel else 0)
+    rows = prefill_rows(tokens)
+    # the head: one launch over the K x 8 action rows when K > 1, a ticket a row; one action (8 launches, or a
+    # decode pass's one) shares one ticket
+    tickets = A if A > ACTION_TOKENS else 1
     nrg_pre = math.ceil(tokens * group / 64)
-    prefill_splits = attention_splits(sms, NKV, nrg_pre)
+    if A > ACTION_TOKENS:  # K > 1 actions: whole waves (one action keeps the split of before: the same graph)
+        prefill_splits = wave_splits(int(sms) * ATT_RESIDENT.get(D, 2), NKV * nrg_pre)
+    else:
+        prefill_splits = attention_splits(sms, NKV, nrg_pre)
     parts_rows = max(NKV * nrg_pre * prefill_splits, NKV * DECODE_SPLITS) * 64
-    n_in, n_out = io_bytes(H, cap)
+    n_in, n_out = io_bytes(H, cap, A)
     activations = {
         "x_pre": ((rows, H), "float32"), "xb": ((rows, max(H, I)), "uint16"), "qkv": ((rows, NQKV), "float32"),
         "gu": ((rows, 2 * I), "float32"), "att": ((rows, NQ), "float32"), "att_bf": ((rows, NQ), "uint16"),
         "xdec": ((H,), "float32"), "qdec": ((NQ,), "float32"), "attdec": ((NQ,), "float32"),
-        "act": ((I,), "float32"), "logits": ((ACTION_TOKENS, ACTION_VOCAB), "float32"), "ticket": ((1,), "int32"),
+        "act": ((I,), "float32"), "logits": ((A, ACTION_VOCAB), "float32"), "ticket": ((tickets,), "int32"),
     }
     workspace = {
         "part_o": ((parts_rows * D,), "float32"), "part_ml": ((parts_rows * 2,), "float32"),
@@ -151,7 +188,7 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
                  + linear_bytes(H, I, quant) + 2 * 2 * H + 4 * NQKV)
     head_rows = 2 * ACTION_VOCAB * H * (1 if cfg.tie_word_embeddings else 2)  # action rows of head (+ embedding)
     vision = 2 * (H * PATCH_DIM + H + VISION_TOKENS * H)
-    queries = 4 * ACTION_TOKENS * H if parallel else 0
+    queries = 4 * A * H if parallel else 0
     weights = L * per_layer + 2 * H + head_rows + vision + queries
     kv = L * 2 * NKV * cap * D * 2
     act = nbytes(activations)

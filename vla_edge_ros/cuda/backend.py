@@ -8,8 +8,9 @@ Graph (captured once, replayed per chunk; docs/cuda_notes.md):
   autoregressive models: 8 decode passes (embedding gather; per layer: q/k/v + norm + KV write, split-K
       attention, combine, o-proj + residual, gate/up + norm + SwiGLU, down + residual; the constrained LM head
       with on-device argmax feeding the next pass), a stamp after each;
-  parallel models: the 8 action queries ride in the prefill (40 rows; they attend to the whole frame and each
-      other), then the LM head on those 8 rows, then a stamp;
+  parallel models: the 8 K action queries of K planned actions ride in the prefill (32 + 8 K rows; they attend to
+      the whole frame and each other), then the LM head on those rows (one action: 8 launches; K > 1: one launch
+      over the 8 K rows), then a stamp;
   -> D2H copy of tokens + timestamps + pooled embedding into a pinned buffer.
 Lengths, positions and slots are read on the device from the uploaded buffers, so the graph never needs
 re-capture. No cuBLAS, no PyTorch. The prefill is launched plainly; the decode kernels with Programmatic
@@ -44,8 +45,8 @@ from ..contract import BackendResult, PhaseTimings
 from ..model import ops
 from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
 from ..model.weights import action_queries
-from ..vram_plan import (GIB, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape, check_vram_plan,  # noqa: F401
-                         in_layout, layout, out_layout, text_head_bytes)
+from ..vram_plan import (GIB, N_STAMPS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
+                         check_vram_plan, in_layout, layout, out_layout, text_head_bytes)
 from .kernels import Kernels
 from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
                      stamp, vision_encode)
@@ -83,6 +84,7 @@ class CudaBackend:
         self.NQKV = self.NQ + 2 * self.NKVD
         self.V0 = cfg.vocab_size - ACTION_VOCAB
         self.parallel = cfg.parallel
+        self.A = cfg.action_tokens  # 8 K action tokens a chunk
         self.sms = int(sms) if sms else cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.lay = layout(cfg, self.capacity, self.sms)
         self.plan = self.lay.parts
@@ -136,7 +138,7 @@ class CudaBackend:
         self.patch_b = cp.asarray(w.vision.patch_b)
         self.pos_embed = cp.asarray(w.vision.pos_embed)
         if self.parallel:
-            self.queries = cp.asarray(action_queries(w))  # float32 [8, H]
+            self.queries = cp.asarray(action_queries(w))  # float32 [8 K, H]
 
     def _allocate(self):
         cp = cupy
@@ -164,13 +166,13 @@ class CudaBackend:
         self.h_order = self.in_host[lay["order"]:lay["order"] + 4 * cap].view(np.int32)
         self.h_params = self.in_host[lay["params"]:lay["params"] + 16].view(np.int32)
         self.h_start = self.in_host[lay["start"]:lay["start"] + 2 * self.H].view(np.uint16)
-        olay, nout = out_layout(self.H)
+        olay, nout = out_layout(self.H, self.A)
         self.out_host = cupyx.empty_pinned(nout, np.uint8)
-        n_ts = 8 * (3 + ACTION_TOKENS)
-        self.tokens_dev = self.out_dev[:4 * ACTION_TOKENS].view(cp.int32)
+        n_ts = 8 * N_STAMPS
+        self.tokens_dev = self.out_dev[:4 * self.A].view(cp.int32)
         self.ts_dev = self.out_dev[olay["ts"]:olay["ts"] + n_ts].view(cp.uint64)
         self.pooled_dev = self.out_dev[olay["pooled"]:olay["pooled"] + 4 * self.H].view(cp.float32)
-        self.o_tokens = self.out_host[:4 * ACTION_TOKENS].view(np.int32)
+        self.o_tokens = self.out_host[:4 * self.A].view(np.int32)
         self.o_ts = self.out_host[olay["ts"]:olay["ts"] + n_ts].view(np.uint64)
         self.o_pooled = self.out_host[olay["pooled"]:olay["pooled"] + 4 * self.H].view(np.float32)
 
@@ -246,6 +248,17 @@ class CudaBackend:
         lm_head_argmax(self.k, x, self.norm, eps, self.H, self.head_act, self.logits[step], self.ticket,
                        self.tokidx_dev, self.tokens_dev, step, self.V0, run=self.launch)
 
+    def _action_heads(self):
+        """The LM head over the parallel action rows (x_pre rows 32 ..): one action keeps its 8 launches (the graph
+        of before); K > 1 actions take one launch over the 8 K rows (a ticket a row), not 8 K launches."""
+        if self.A == ACTION_TOKENS:
+            for i in range(ACTION_TOKENS):
+                self._head(self.x_pre[VISION_TOKENS + i], i)
+            return
+        lm_head_argmax(self.k, self.x_pre[VISION_TOKENS], self.norm, f32(self.cfg.rms_norm_eps), self.H,
+                       self.head_act, self.logits, self.ticket, self.tokidx_dev, self.tokens_dev, 0, self.V0,
+                       run=self.launch, n_x=self.A)
+
     def enqueue_prefill(self):
         """Enqueue the chunk's prefill (all layers, the frame's rows + the parallel action queries) on the stream,
         as the graph does: for timing it alone (chunk_bench --breakdown)."""
@@ -279,8 +292,7 @@ class CudaBackend:
             self._prefill_layers(self.lay.tokens, VISION_TOKENS)
             self._stamp(2)
             self.launch.barrier()
-            for i in range(ACTION_TOKENS):
-                self._head(self.x_pre[VISION_TOKENS + i], i)
+            self._action_heads()
             self._stamp(2 + ACTION_TOKENS)
         else:
             self._prefill_layers(VISION_TOKENS, VISION_TOKENS)
@@ -351,8 +363,8 @@ class CudaBackend:
         if frame.shape != (FRAME_H, FRAME_W, FRAME_C) or frame.dtype != np.uint8:
             raise ValueError(f"frame must be uint8 {(FRAME_H, FRAME_W, FRAME_C)}, got {frame.dtype} {frame.shape}")
         n_prefix = int(plan.n_prefix)
-        if len(plan.order) != n_prefix + VISION_TOKENS + ACTION_TOKENS:
-            raise ValueError("plan.order must hold n_prefix + 32 + 8 slots")
+        if len(plan.order) != n_prefix + VISION_TOKENS + self.A:
+            raise ValueError(f"plan.order must hold n_prefix + 32 + {self.A} slots (the model's action tokens)")
         self.h_frame[:] = frame.reshape(-1)
         self._set_order(plan.order)
         self.h_params[0] = n_prefix
@@ -376,7 +388,7 @@ class CudaBackend:
 
         last = 2 + ACTION_TOKENS
         if self.parallel:
-            # one pass: the prefill carries the 8 action queries; the head is part of it (no decode phase)
+            # one pass: the prefill carries the 8 K action queries; the head is part of it (no decode phase)
             self.last_pass_ms = [dms(1, last)]
             timings = PhaseTimings(vision_ms=dms(0, 1), prefill_ms=dms(1, last), decode_ms=0.0,
                                    total_ms=(t1 - t0) * 1e3, prefill_tokens=self.lay.tokens, decode_tokens=0)

@@ -116,11 +116,13 @@ class Launcher:
 # cp.async stages of one 64-wide chunk (times kw).
 GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "w4": {"nw": 2, "stages": 4}}
 GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
+GEMM_ROWS = (32, 48, 96)  # the buffer rows kernels/gemm.cu has instances for (vram_plan.prefill_rows picks one)
 
 
 def gemm_kernel_rows(fmt: str, rows: int) -> int:
     """Rows the kernel multiplies for a buffer of ``rows``: the 4-bit body takes the 48-row buffer of a parallel
-    pass as its 40 real rows (32 vision tokens + 8 action queries; the 8 zero rows are not multiplied)."""
+    pass as its 40 real rows (32 vision tokens + 8 action queries; the 8 zero rows are not multiplied); 32 and 96
+    rows are multiplied as they are (96: 32 + 64 queries of 8 actions, zero rows for fewer)."""
     return 40 if fmt == "w4" and rows == 48 else rows
 
 
@@ -157,7 +159,7 @@ def _set_max_dynamic_smem(fn, nbytes: int) -> None:
 
 class Gemm:
     """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format ("bf16" | "w4") and row count
-    (32 | 48: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the tests alike.
+    (GEMM_ROWS: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the tests alike.
 
     ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
@@ -166,7 +168,7 @@ class Gemm:
     ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D)."""
 
     def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None):
-        if fmt not in ("bf16", "w4") or rows not in (32, 48):
+        if fmt not in ("bf16", "w4") or rows not in GEMM_ROWS:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
         self.k, self.fmt, self.rows = kernels, fmt, rows
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
@@ -374,12 +376,14 @@ def embed_gather(kernels, table, start_row, idx, H, out, run=None):
     _launch(kernels, run, "embed_gather", (max(1, int(H) // 256),), (256,), (table, start_row, idx, np.int32(H), out))
 
 
-def lm_head_argmax(kernels, x, ln, eps, H, head, logits, ticket, tok_idx, tokens, step, vocab0, run=None):
+def lm_head_argmax(kernels, x, ln, eps, H, head, logits, ticket, tok_idx, tokens, step, vocab0, run=None, n_x=1):
     """logits = rms_norm(x) head^T over the head's rows (8 a block), and by the last block the argmax: tok_idx[0] =
-    its row (0 when a logit is not finite), tokens[step] = vocab0 + row (-1 when not finite); ticket resets."""
+    its row (0 when a logit is not finite), tokens[step] = vocab0 + row (-1 when not finite); ticket resets.
+    ``n_x`` > 1: one launch for rows x[0..n_x) (fp32, stride H) into logits rows 0..n_x (stride: the head's rows) and
+    tokens[step..step + n_x), ticket[r] for row r (tok_idx from row 0): a parallel chunk's K x 8 action rows."""
     i = np.int32
     nrows = int(head.shape[0])
-    _launch(kernels, run, "lm_head_argmax", (nrows // 8,), (256,),
+    _launch(kernels, run, "lm_head_argmax", (nrows // 8, int(n_x)), (256,),
             (x, ln, np.float32(eps), i(H), head, i(nrows), logits, ticket, tok_idx, tokens, i(step), i(vocab0)),
             shared_mem=4 * int(H))
 

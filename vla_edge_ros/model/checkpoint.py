@@ -12,21 +12,31 @@ import os
 from pathlib import Path
 
 from .config import ModelConfig
-from .gguf import config_from_gguf, is_gguf, load_gguf
-from .weights import Weights, load_weights
+from .gguf import config_from_gguf, is_gguf, load_gguf, vision_path
+from .weights import Weights, load_vision, load_weights, sidecar_action_keys
 
 
 def load_config(path) -> ModelConfig:
-    """The model's configuration, read from config.json or the GGUF metadata (no weight is loaded)."""
+    """The model's configuration, read from config.json or the GGUF metadata (no weight is loaded); a GGUF's action
+    decoding and chunk come from its vision sidecar's metadata (weights.sidecar_action_keys)."""
     path = str(path)
-    return config_from_gguf(path) if _is_file_model(path) else ModelConfig.from_dir(path)
+    if _is_file_model(path):
+        return sidecar_action_keys(config_from_gguf(path), vision_path(path))
+    return ModelConfig.from_dir(path)
 
 
 def load_model(path, keep_f32: bool = False) -> Weights:
     """Every weight, validated (ModelLoadError: one line naming the file and tensor). `keep_f32` (GGUF only): keep
     the dequantized float32 values instead of rounding to bf16 (the golden model's fidelity measurements)."""
     path = str(path)
-    return load_gguf(path, keep_f32=keep_f32) if _is_file_model(path) else load_weights(path)
+    if not _is_file_model(path):
+        return load_weights(path)
+    cfg = sidecar_action_keys(config_from_gguf(path), vision_path(path))  # refuses bad keys before the dequantizing
+    w = load_gguf(path, keep_f32=keep_f32)
+    if cfg != w.cfg:  # a parallel GGUF model: its action queries are read for the sidecar's K
+        w.cfg = cfg
+        w.vision = load_vision(cfg, vision_path(path), w.embed)
+    return w
 
 
 def _is_file_model(path: str) -> bool:

@@ -9,7 +9,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
-from ..constants import GROUP_SIZE
+from ..constants import ACTION_TOKENS, GROUP_SIZE, MAX_ACTION_CHUNK
 from .safetensors_io import ModelLoadError
 
 
@@ -39,6 +39,31 @@ def _typed(v, kind: str):
 QUANT_SUPPORTED = ("supported: 4-bit weights in groups of 128, as AWQ gemm (quant_method awq, zero_point true) or "
                    "compressed-tensors pack-quantized W4A16 (int, strategy group, no activation quantization)")
 ACTION_DECODING = ("autoregressive", "parallel")
+ACTION_KEYS = ("vla_action_decoding", "vla_action_chunk")  # config.json keys (a GGUF's: its sidecar's metadata)
+CHUNK_RANGE = f"an integer 1..{MAX_ACTION_CHUNK}: the actions one parallel pass plans"
+
+
+def _shown(v) -> str:
+    shown = repr(v)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def parse_action_keys(raw: dict, where, strings: bool = False) -> dict:
+    """`vla_action_decoding` and `vla_action_chunk` of `raw` (config.json, or with `strings` the text-only
+    `__metadata__` of a GGUF's vision sidecar) as ModelConfig keywords; an absent key keeps the default
+    (autoregressive, one action). A bad value raises one ModelLoadError line naming the key and what is allowed;
+    the combination (K > 1 needs parallel decoding) is ModelConfig.validate's."""
+    decoding = raw.get("vla_action_decoding", "autoregressive")
+    if decoding not in ACTION_DECODING:
+        raise ModelLoadError(where, f"key 'vla_action_decoding' has a bad value {_shown(decoding)} "
+                                    f"(expected one of {', '.join(ACTION_DECODING)})")
+    chunk = raw.get("vla_action_chunk", 1)
+    if strings and isinstance(chunk, str) and chunk.isascii() and chunk.isdigit():
+        chunk = int(chunk)  # safetensors metadata holds strings only
+    # an int, never a bool, a float or a string: 1.5, true and "8" are not an action count in config.json
+    if type(chunk) is not int or not 1 <= chunk <= MAX_ACTION_CHUNK:
+        raise ModelLoadError(where, f"key 'vla_action_chunk' has a bad value {_shown(chunk)} (expected {CHUNK_RANGE})")
+    return {"action_decoding": decoding, "action_chunk": chunk}
 
 
 @dataclass(frozen=True)
@@ -142,6 +167,7 @@ class ModelConfig:
     max_position_embeddings: int = 32768
     quant: QuantConfig | None = None  # None: bf16 weights
     action_decoding: str = "autoregressive"  # config.json "vla_action_decoding": autoregressive | parallel
+    action_chunk: int = 1  # config.json "vla_action_chunk" K: actions one parallel pass plans (K x 8 tokens)
 
     @property
     def head_dim(self) -> int:
@@ -160,14 +186,29 @@ class ModelConfig:
         return self.action_decoding == "parallel"
 
     @property
+    def action_tokens(self) -> int:
+        """Action tokens of one chunk (K x 8): its transient KV slots, and its action queries when parallel."""
+        return ACTION_TOKENS * self.action_chunk
+
+    @property
     def weight_format(self) -> str:
         """Layer weight format: "w4" for 4-bit weights (a quantization_config), else "bf16"."""
         return "bf16" if self.quant is None else "w4"
 
-    def validate(self, where="config.json") -> None:
+    def action_problems(self) -> list[str]:
+        """What is wrong with the action decoding and the chunk K (each one line; empty when nothing)."""
         problems = []
         if self.action_decoding not in ACTION_DECODING:
             problems.append(f"vla_action_decoding {self.action_decoding!r} must be one of {', '.join(ACTION_DECODING)}")
+        if type(self.action_chunk) is not int or not 1 <= self.action_chunk <= MAX_ACTION_CHUNK:
+            problems.append(f"vla_action_chunk {self.action_chunk!r} must be {CHUNK_RANGE}")
+        elif self.action_chunk > 1 and not self.parallel:
+            problems.append(f"vla_action_chunk {self.action_chunk} needs vla_action_decoding 'parallel' (an "
+                            "autoregressive model decodes one action a chunk)")
+        return problems
+
+    def validate(self, where="config.json") -> None:
+        problems = self.action_problems()
         for k, v in asdict(self).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
                 problems.append(f"{k}={v} must be > 0")
@@ -180,16 +221,21 @@ class ModelConfig:
                 problems.append("head_dim must be even (RoPE rotates pairs)")
             if self.vocab_size <= 257:
                 problems.append("vocab_size must exceed 256 action tokens + 1 start token")
+            elif self.parallel and self.vocab_size <= 257 + self.action_tokens:
+                problems.append(f"vocab_size must exceed 257 + {self.action_tokens} (the ids below the start token "
+                                "stand in for missing action queries)")
         if problems:
             raise ModelLoadError(where, "; ".join(problems))
 
     def to_hf_dict(self) -> dict:
         d = asdict(self)
-        del d["quant"], d["action_decoding"]
+        del d["quant"], d["action_decoding"], d["action_chunk"]
         if self.quant is not None:
             d["quantization_config"] = self.quant.to_hf()
         if self.action_decoding != "autoregressive":
             d["vla_action_decoding"] = self.action_decoding
+        if self.action_chunk != 1:
+            d["vla_action_chunk"] = self.action_chunk
         d.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
                  torch_dtype="bfloat16", use_sliding_window=False, sliding_window=None,
                  attention_dropout=0.0, initializer_range=0.02, use_cache=True,
@@ -217,7 +263,7 @@ class ModelConfig:
             raise ModelLoadError(cfg_path, f"model_type {raw.get('model_type')!r} is not qwen2")
         kw = {}
         for name, field in cls.__dataclass_fields__.items():
-            if name in ("quant", "action_decoding"):
+            if name in ("quant", "action_decoding", "action_chunk"):
                 continue
             if name not in raw:
                 if field.default is dataclasses.MISSING:
@@ -225,19 +271,11 @@ class ModelConfig:
                 continue
             value = _typed(raw[name], field.type)
             if value is None:
-                shown = repr(raw[name])
-                shown = shown if len(shown) <= 80 else shown[:77] + "..."
-                raise ModelLoadError(cfg_path, f"key {name!r} has a bad value {shown} (expected a {field.type}"
-                                               f"{' <= ' + str(MAX_INT) if field.type == 'int' else ''})")
+                raise ModelLoadError(cfg_path, f"key {name!r} has a bad value {_shown(raw[name])} (expected a "
+                                               f"{field.type}{' <= ' + str(MAX_INT) if field.type == 'int' else ''})")
             kw[name] = value
         kw["quant"] = parse_quant(raw.get("quantization_config"), cfg_path)
-        decoding = raw.get("vla_action_decoding", "autoregressive")
-        if decoding not in ACTION_DECODING:
-            shown = repr(decoding)
-            shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            raise ModelLoadError(cfg_path, f"key 'vla_action_decoding' has a bad value {shown} "
-                                           f"(expected one of {', '.join(ACTION_DECODING)})")
-        kw["action_decoding"] = decoding
+        kw.update(parse_action_keys(raw, cfg_path))
         cfg = cls(**kw)
         if "head_dim" in raw and raw["head_dim"] != cfg.head_dim:
             raise ModelLoadError(cfg_path, f"head_dim {raw['head_dim']} != hidden_size/num_attention_heads "

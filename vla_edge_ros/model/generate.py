@@ -6,7 +6,8 @@ The output loads unchanged in `transformers.AutoModelForCausalLM.from_pretrained
 with the format's library installed). Speed does not depend on weight values, so these serve tests, demos
 and benchmarks alike. `--quant` writes the same random model with its decoder linears rounded to 4 bits in
 a published layout (AWQ gemm or compressed-tensors pack-quantized); `--action-decoding parallel` marks it
-as a parallel-decoding model and adds random `action_queries` to vision.safetensors.
+as a parallel-decoding model and adds random `action_queries` to vision.safetensors; `--action-chunk K` (parallel
+only) makes it plan K actions a chunk (config.json `vla_action_chunk`, K x 8 query rows).
 
 The command line is tools/make_model.py; `ensure_model` is what the node's make_tiny_model and the demo use.
 """
@@ -20,11 +21,10 @@ import tempfile
 
 import numpy as np
 
-from ..constants import ACTION_TOKENS
 from .config import PRESETS, ModelConfig, QuantConfig
 from .quant import default_scale_dtype, quantize_rtn, stored_tensors
 from ..output_dir import atomic_output_dir
-from .safetensors_io import bf16_to_f32, f32_to_bf16, save_file
+from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, save_file
 from .weights import ACTION_QUERIES, LAYER_TENSORS, LINEARS, VISION_FILE, hf_tensor_shapes, random_vision_weights
 
 QUANT_SUFFIXES = tuple(LAYER_TENSORS[s] for s in LINEARS)
@@ -38,13 +38,19 @@ def _random_tensor(rng, name, shape) -> np.ndarray:
 
 
 def model_config(preset: str = "tiny", quant: str | None = None, symmetric: bool = False,
-                 action_decoding: str = "autoregressive", cfg: ModelConfig | None = None) -> ModelConfig:
-    """`preset` (or `cfg`) with the 4-bit format and the action decoding mode applied."""
+                 action_decoding: str = "autoregressive", cfg: ModelConfig | None = None,
+                 action_chunk: int = 1) -> ModelConfig:
+    """`preset` (or `cfg`) with the 4-bit format, the action decoding mode and the chunk K applied (K > 1 needs
+    parallel decoding: one ModelLoadError line otherwise)."""
     cfg = cfg or PRESETS[preset]
     q = None if quant in (None, "none") else QuantConfig(quant, symmetric=symmetric and quant == "compressed-tensors")
     if quant is not None:
         cfg = dataclasses.replace(cfg, quant=q)
-    return dataclasses.replace(cfg, action_decoding=action_decoding)
+    cfg = dataclasses.replace(cfg, action_decoding=action_decoding, action_chunk=action_chunk)
+    problems = cfg.action_problems()
+    if problems:
+        raise ModelLoadError("the model options", "; ".join(problems))
+    return cfg
 
 
 def write_model_files(out: str, cfg: ModelConfig, tensors: dict[str, tuple[str, np.ndarray]], shards: int = 1) -> None:
@@ -74,13 +80,14 @@ def write_model_files(out: str, cfg: ModelConfig, tensors: dict[str, tuple[str, 
 
 def make_model(out: str, preset: str = "tiny", seed: int = 0, shards: int = 1, cfg: ModelConfig | None = None,
                quant: str | None = None, symmetric: bool = False, action_decoding: str | None = None,
-               force: bool = False) -> str:
+               force: bool = False, action_chunk: int | None = None) -> str:
     """Write a random model into `out` (absent or empty; non-empty only with `force`), atomically.
 
-    `quant` / `action_decoding` left None keep what `cfg` (or the preset) says."""
+    `quant` / `action_decoding` / `action_chunk` left None keep what `cfg` (or the preset) says."""
     cfg = cfg or PRESETS[preset]
     cfg = model_config(quant=quant, symmetric=symmetric, cfg=cfg,
-                       action_decoding=action_decoding or cfg.action_decoding)
+                       action_decoding=action_decoding or cfg.action_decoding,
+                       action_chunk=action_chunk or cfg.action_chunk)
     rng = np.random.default_rng(seed)
     with atomic_output_dir(out, force) as tmp:
         # Draw in one fixed order so the values depend neither on the sharding nor on the 4-bit format:
@@ -91,7 +98,8 @@ def make_model(out: str, preset: str = "tiny", seed: int = 0, shards: int = 1, c
         vision = {k: ("BF16", f32_to_bf16(v)) for k, v in random_vision_weights(cfg, seed + 1).items()}
         note = "untrained patch projector (random)"
         if cfg.parallel:
-            q = 0.02 * np.random.default_rng(seed + 2).standard_normal((ACTION_TOKENS, cfg.hidden_size), np.float32)
+            # row-major draws: the first 8 rows of a K-action model's queries are the one-action model's
+            q = 0.02 * np.random.default_rng(seed + 2).standard_normal((cfg.action_tokens, cfg.hidden_size), np.float32)
             vision[ACTION_QUERIES] = ("BF16", f32_to_bf16(q))
             note += " and action queries (random)"
         save_file(vision, os.path.join(tmp, VISION_FILE), {"note": note})

@@ -155,8 +155,8 @@ class ReferenceModel:
         return result
 
     def _run_parallel(self, frame: np.ndarray, plan, collect_logits: bool):
-        """One pass: the frame's 32 vision tokens + the 8 action queries (bidirectional among themselves and
-        over the whole frame); the action tokens are the argmaxes over the 256 action rows at the 8 queries."""
+        """One pass: the frame's 32 vision tokens + the K x 8 action queries (bidirectional among themselves and
+        over the whole frame); the action tokens are the argmaxes over the 256 action rows at the K x 8 queries."""
         t0 = time.perf_counter()
         emb = self.vision(frame)
         t1 = time.perf_counter()
@@ -168,6 +168,6 @@ class ReferenceModel:
         t2 = time.perf_counter()
         ms = 1e3
         timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=0.0,
-                               total_ms=(t2 - t0) * ms, prefill_tokens=VISION_TOKENS + ACTION_TOKENS, decode_tokens=0)
+                               total_ms=(t2 - t0) * ms, prefill_tokens=len(x), decode_tokens=0)
         return BackendResult(tokens=tokens, pooled=emb.mean(axis=0), timings=timings,
                              logits=logits if collect_logits else None)

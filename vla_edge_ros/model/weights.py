@@ -12,6 +12,7 @@ loading a model never executes code from it.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..constants import ACTION_TOKENS, ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
-from .config import QUANT_SUPPORTED, ModelConfig
+from ..constants import ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
+from .config import ACTION_KEYS, QUANT_SUPPORTED, ModelConfig, parse_action_keys
 from .quant import PACK, QuantTensor, from_awq, from_compressed
 from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, read_header
 
@@ -40,7 +41,7 @@ LAYER_TENSORS = {  # short name -> HF suffix under model.layers.{i}.
 LINEARS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")  # stored in 4 bits in a quantized checkpoint
 VISION_FILE = "vision.safetensors"
 VISION_SEED = 1234
-ACTION_QUERIES = "action_queries"  # [8, H] in vision.safetensors: the action-slot inputs of a parallel model
+ACTION_QUERIES = "action_queries"  # [K x 8, H] in vision.safetensors: the action-slot inputs of a parallel model
 QUANT_PARTS = {"awq": ("qweight", "qzeros", "scales"),
                "compressed-tensors": ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point")}
 
@@ -87,10 +88,11 @@ def quant_tensor_shapes(cfg: ModelConfig, prefix: str, shape: tuple[int, int]) -
 
 
 def action_query_fallback_ids(cfg: ModelConfig) -> np.ndarray:
-    """Token ids whose embeddings stand in for missing `action_queries`: the 8 ids just below the start token
-    (vocab - 256 - 1), i.e. vocab-265 .. vocab-258. Well defined for any vocabulary, but untrained."""
+    """Token ids whose embeddings stand in for missing `action_queries`: the K x 8 ids just below the start token
+    (vocab - 256 - 1), i.e. vocab-257-8K .. vocab-258 (K = 1: vocab-265 .. vocab-258). Well defined for any
+    vocabulary the config accepts (more than 257 + 64 ids is checked at load), but untrained."""
     start = cfg.vocab_size - ACTION_VOCAB - 1
-    return np.arange(start - ACTION_TOKENS, start)
+    return np.arange(start - cfg.action_tokens, start)
 
 
 def vision_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -104,8 +106,8 @@ class VisionWeights:
     patch_b: np.ndarray  # bf16 bits [H]
     pos_embed: np.ndarray  # bf16 bits [32, H]
     trained: bool  # False: seeded PRNG stand-in, there was no vision.safetensors
-    # Parallel-decoding models only (None for autoregressive ones): the input embeddings of the 8 action
-    # slots, bf16 bits [8, H]. From vision.safetensors `action_queries`, else the embedding rows of
+    # Parallel-decoding models only (None for autoregressive ones): the input embeddings of the K x 8 action
+    # slots, bf16 bits [K x 8, H]. From vision.safetensors `action_queries`, else the embedding rows of
     # `action_query_fallback_ids` (queries_trained False).
     action_queries: np.ndarray | None = None
     queries_trained: bool = False
@@ -338,7 +340,12 @@ def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: b
         header = read_header(vpath)[0]
         expected = vision_shapes(cfg)
         if cfg.parallel and ACTION_QUERIES in header:
-            expected[ACTION_QUERIES] = (ACTION_TOKENS, cfg.hidden_size)
+            expected[ACTION_QUERIES] = (cfg.action_tokens, cfg.hidden_size)
+            rows = header[ACTION_QUERIES].shape[0] if header[ACTION_QUERIES].shape else 0
+            if rows != cfg.action_tokens:  # the config and the queries disagree on K: name both
+                raise ModelLoadError(vpath, f"shape {list(header[ACTION_QUERIES].shape)} does not match the config, "
+                                            f"expected {list(expected[ACTION_QUERIES])} (vla_action_chunk="
+                                            f"{cfg.action_chunk}: 8 query rows an action)", ACTION_QUERIES)
         v = _load_set({n: vpath for n in header}, expected, check_finite)
         queries = v.get(ACTION_QUERIES)
         trained = True
@@ -357,10 +364,23 @@ def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: b
 
 
 def action_queries(weights: Weights) -> np.ndarray:
-    """float32 [8, H]: the input embeddings of the 8 parallel action slots: `action_queries` from
-    vision.safetensors, else (an untrained stand-in) the embedding rows of the 8 ids just below the start token."""
+    """float32 [K x 8, H]: the input embeddings of the parallel action slots: `action_queries` from
+    vision.safetensors, else (an untrained stand-in) the embedding rows of `action_query_fallback_ids`."""
     q = getattr(weights.vision, "action_queries", None)
     if q is not None:
-        return bf16_to_f32(np.asarray(q)).reshape(ACTION_TOKENS, -1)
-    start = weights.cfg.vocab_size - ACTION_VOCAB - 1
-    return bf16_to_f32(weights.embed[start - ACTION_TOKENS:start])
+        return bf16_to_f32(np.asarray(q)).reshape(weights.cfg.action_tokens, -1)
+    return bf16_to_f32(weights.embed[action_query_fallback_ids(weights.cfg)])
+
+
+def sidecar_action_keys(cfg: ModelConfig, vpath: str) -> ModelConfig:
+    """`cfg` (a GGUF file's, whose metadata has no VLA keys) with the action decoding and chunk of its vision sidecar
+    `vpath`: the safetensors `__metadata__` keys vla_action_decoding / vla_action_chunk (strings, as safetensors
+    stores them); `cfg` unchanged without the file or the keys. A bad value: one ModelLoadError line."""
+    if not os.path.exists(vpath):
+        return cfg
+    meta = read_header(vpath)[1]
+    if not isinstance(meta, dict) or not any(k in meta for k in ACTION_KEYS):
+        return cfg
+    out = dataclasses.replace(cfg, **parse_action_keys(meta, vpath, strings=True))
+    out.validate(vpath)
+    return out

@@ -11,7 +11,8 @@ Reports p50/p99, the phases, the bytes the chunk must move (edge.chunk_bytes: we
 256 action rows, the KV attended), the measured copy bandwidth, the floor (bytes / copy bandwidth), the
 fraction of copy bandwidth reached (the efficiency), and from it the projected chunk on each board of
 config/boards.yaml with a fits / does-not-fit verdict against 33 - 2 ms. The model dir decides the weights
-(bf16 or 4-bit) and the action decoding (autoregressive or parallel).
+(bf16 or 4-bit), the action decoding (autoregressive or parallel) and the actions a parallel chunk plans (K,
+vla_action_chunk: 32 + 8 K prefill rows, 8 K transient slots), all reported.
 """
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def fill_cache(be, capacity: int, prompt_tokens: int, extra_chunks: int):
 
     cfg = be.cfg
     rng = np.random.default_rng(0)
-    kv = KvCache(capacity, prompt_tokens, make_policy("fifo"))
+    kv = KvCache(capacity, prompt_tokens, make_policy("fifo"), action_tokens=cfg.action_tokens)
     be.load_prompt(rng.integers(0, cfg.vocab_size, prompt_tokens), kv.prompt_slots)
     frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
     fid = 0
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
         passes.append(be.last_pass_ms)
         nkeys.append(plan.n_prefix + 32)
     passes = np.asarray(passes)
-    n_mid = int(np.median(nkeys)) + 1 + 8 // 2
+    n_mid = int(np.median(nkeys)) + 1 + 8 // 2  # edge.chunk_bytes' convention (the middle decode pass)
     cb = edge.chunk_bytes(cfg, a.kv_capacity_tokens, attended_keys=n_mid, prompt_tokens=a.prompt_tokens)
     dev_ms = pct(devc, 50)
     eff = cb["total"] / (dev_ms * 1e-3) / 1e9 / bw
@@ -234,6 +235,7 @@ def main(argv=None) -> int:
     res = {
         "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
         "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
+        "action_chunk": cfg.action_chunk, "prefill_tokens": be.lay.tokens, "prefill_rows": be.lay.rows,
         "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
         "sms_seen_by_probe": sms_seen,
         "capacity": a.kv_capacity_tokens, "keys_attended_median": n_mid, "chunks": a.chunks,
@@ -268,7 +270,8 @@ def main(argv=None) -> int:
     print(f"\n| metric | value |\n|---|---|\n| device | {name}, {be.sms} SMs{' (green context)' if sms else ''} "
           f"({sms_seen} seen running), "
           f"copy {bw:.0f} GB/s |")
-    print(f"| model | {res['weights']}, {res['action_decoding']} |")
+    print(f"| model | {res['weights']}, {res['action_decoding']}, K = {cfg.action_chunk} action(s) a chunk "
+          f"({be.lay.tokens} prefill tokens, {be.lay.rows} GEMM rows) |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
     print(f"| chunk (device stamps) p50 / p99 | {dev_ms:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
     print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / "

@@ -122,6 +122,9 @@ def _pct(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else float("nan")
 
 
+CHUNK_SETTINGS = ("chunk_execute", "chunk_blend", "chunk_blend_weight")  # a model that plans K > 1 actions (§17)
+
+
 def build_parser():
     from ..model.config import PRESETS
     from .cli import Parser, add_setting_options, finite_positive
@@ -136,9 +139,10 @@ def build_parser():
                     help="model to generate when --model is not given; auto: tiny on a GPU, on a CPU the largest "
                          "of tiny, micro whose chunk, timed here at start-up, fits the cycle (default: auto)")
     # the node's own settings, from the settings table; unset ones are the config file's
-    add_setting_options(ap, ("instruction", "period_ms", "policy", "backend", "kv_capacity_tokens"),
+    add_setting_options(ap, ("instruction", "period_ms", "policy", "backend", "kv_capacity_tokens", *CHUNK_SETTINGS),
                         flags={"kv_capacity_tokens": "--kv-capacity"},
-                        defaults={"instruction": None, "period_ms": None, "kv_capacity_tokens": None},
+                        defaults={"instruction": None, "period_ms": None, "kv_capacity_tokens": None,
+                                  **{name: None for name in CHUNK_SETTINGS}},
                         helps={"instruction": "none; needs a model with a tokenizer, e.g. a GGUF file: the generated "
                                               "presets have none and refuse it, saying so",
                                "period_ms": "the config's, 33 ms",
@@ -190,6 +194,7 @@ def main(argv=None) -> int:
     if kv_cap is None and on_cpu:
         kv_cap = CPU_KV_CAPACITY_TOKENS
     params = [f"period_ms:={period_ms}"] if a.period_ms is not None else []
+    params += [f"{name}:={getattr(a, name)}" for name in CHUNK_SETTINGS if getattr(a, name) is not None]
     if a.instruction is not None:  # a JSON string is a YAML string: quotes and colons stay text
         params.append(f"instruction:={json.dumps(a.instruction)}")
     node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, params=params)

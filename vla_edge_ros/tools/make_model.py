@@ -6,7 +6,8 @@ The output loads unchanged in `transformers.AutoModelForCausalLM.from_pretrained
 with the format's library installed). Speed does not depend on weight values, so these serve tests, demos
 and benchmarks alike. `--quant` writes the same random model with its decoder linears rounded to 4 bits in
 a published layout (AWQ gemm or compressed-tensors pack-quantized); `--action-decoding parallel` marks it
-as a parallel-decoding model and adds random `action_queries` to vision.safetensors.
+as a parallel-decoding model and adds random `action_queries` to vision.safetensors; `--action-chunk K` with it
+makes the model plan K actions a chunk (config.json `vla_action_chunk`, K x 8 action queries).
 
 Example: vla-edge-make-model --preset tiny --quant awq --out /tmp/tiny-awq
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..constants import MAX_ACTION_CHUNK
 from ..model.config import ACTION_DECODING, PRESETS
 from ..model.generate import make_model
 from ..model.quant import FORMATS
@@ -33,6 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--symmetric", action="store_true", help="compressed-tensors: symmetric 4-bit, no zero points")
     p.add_argument("--action-decoding", choices=ACTION_DECODING, default="autoregressive",
                    help="parallel: config key vla_action_decoding and random action_queries in vision.safetensors")
+    p.add_argument("--action-chunk", type=int, default=1, metavar="K",
+                   help=f"actions one parallel chunk plans, 1..{MAX_ACTION_CHUNK}: config key vla_action_chunk and "
+                        "K x 8 random action_queries (K > 1 needs --action-decoding parallel)")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument("--out", required=True, help="output model directory (absent or empty)")
     a = p.parse_args(argv)
@@ -40,14 +45,20 @@ def main(argv=None) -> int:
         p.error("--shards must be >= 1")
     if a.symmetric and a.quant != "compressed-tensors":
         p.error("--symmetric needs --quant compressed-tensors (AWQ gemm always has zero points)")
+    if not 1 <= a.action_chunk <= MAX_ACTION_CHUNK:
+        p.error(f"--action-chunk {a.action_chunk} must be between 1 and {MAX_ACTION_CHUNK}")
+    if a.action_chunk > 1 and a.action_decoding != "parallel":
+        p.error(f"--action-chunk {a.action_chunk} needs --action-decoding parallel (an autoregressive model decodes "
+                "one action a chunk)")
     try:
         make_model(a.out, a.preset, a.seed, a.shards, quant=a.quant, symmetric=a.symmetric,
-                   action_decoding=a.action_decoding, force=a.force)
+                   action_decoding=a.action_decoding, force=a.force, action_chunk=a.action_chunk)
     except (OutputDirError, OSError) as e:
         print(f"vla-edge-make-model: error: {e}", file=sys.stderr)
         return 2
     kind = "" if a.quant == "none" else f" {a.quant}{' symmetric' if a.symmetric else ''} 4-bit"
-    print(f"wrote {a.preset}{kind} {a.action_decoding} (seed {a.seed}) to {a.out}")
+    chunk = f", {a.action_chunk} actions a chunk" if a.action_chunk > 1 else ""
+    print(f"wrote {a.preset}{kind} {a.action_decoding}{chunk} (seed {a.seed}) to {a.out}")
     return 0
 
 

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from .. import edge
+from ..constants import ACTION_TOKENS
 from ..model.config import ACTION_DECODING
 
 EXAMPLE = """example:
@@ -134,7 +135,8 @@ def make_plan(a) -> dict:
         prompt = int(len(system_prompt_ids(a.model, cfg.vocab_size)))
     if prompt < 0:
         raise edge.EdgeError(f"--prompt-tokens {prompt} must be >= 0")
-    problem = capacity_problem(a.capacity, prompt, label=f"--capacity {a.capacity}")  # the node's one rule
+    problem = capacity_problem(a.capacity, prompt, label=f"--capacity {a.capacity}",
+                               action_tokens=cfg.action_tokens)  # the engine's one rule, with the model's K
     if problem:
         raise edge.EdgeError(problem)
     boards_all = edge.load_boards()
@@ -160,7 +162,7 @@ def make_plan(a) -> dict:
         "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
                    "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
                    "intermediate_size": cfg.intermediate_size, "vocab_size": cfg.vocab_size},
-        "frames_retained_full": edge.frame_capacity(a.capacity, prompt),
+        "frames_retained_full": edge.frame_capacity(a.capacity, prompt, ACTION_TOKENS * chunk["action_chunk"]),
         "vram_plan_bytes": plan, "chunk_bytes": chunk,
         "boards": [dict(p, memory=m, source=b.source, floor_chunk_ms=f["chunk_ms"], floor_verdict=f["verdict"],
                         compute_bound=c)
@@ -183,6 +185,7 @@ def shapes_table(kind: str, boards, measured: dict, capacity: int, period_ms: fl
         cfg = SimpleNamespace(**{k: int(v) for k, v in shape.items()}, vocab_size=151936)
         cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
         fmt, dec = (kind.split("-", 1) + [""])[:2]
+        cfg.action_chunk = int(kind.rsplit("-k", 1)[1]) if "-k" in kind else 1  # "w4-parallel-k8": 8 actions
         chunk = edge.chunk_bytes(cfg, capacity, weights=fmt, decoding="parallel" if dec else "autoregressive",
                                  prompt_tokens=64)
         eff = (entry.get("efficiency") or {}).get(kind)
@@ -209,7 +212,7 @@ def render(r: dict) -> str:
     out = [f"model {r['model']}",
            f"  hidden {c['hidden_size']}, {c['num_hidden_layers']} layers, {c['num_attention_heads']}/"
            f"{c['num_key_value_heads']} heads, FFN {c['intermediate_size']}; weights {fmt}; action decoding "
-           f"{ch['decoding']}",
+           f"{ch['decoding']}" + (f", {ch['action_chunk']} actions a chunk" if ch["action_chunk"] > 1 else ""),
            f"  KV cache {ch['capacity']} slots, {ch['prompt_tokens']}-token prompt: {r['frames_retained_full']} "
            f"frames when full; a decode pass attends {ch['attended_keys']} keys"]
     if r["what_if"]:
@@ -229,7 +232,8 @@ def render(r: dict) -> str:
                      f"{ch['attended_keys']} keys; x {ch['decode_passes']} passes"))
         rows.append(("decode", ch["decode"], f"{ch['decode_passes']} passes"))
     else:
-        rows.append(("decode", 0, "none: parallel decoding (the prefill holds the 8 action queries)"))
+        rows.append(("decode", 0, f"none: parallel decoding (the prefill holds the {ch['prefill_rows'] - 32} action "
+                     "queries)"))
     rows.append(("total", ch["total"], ""))
     for name, b, what in rows:
         out.append(f"  {name:<12} {_fmt_bytes(b) if b else '-':>11}   {what}".rstrip())
