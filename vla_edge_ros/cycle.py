@@ -325,14 +325,19 @@ class ReasoningCycle:
         image = np.array(frame.image, copy=True)  # the FrameBuffer view is reused after the next latest()
         self._last_seq = frame.seq
         out.wait_until = start + self.period_s - self.margin_s - slack_s
+        # admitted by the plan's horizon alone (expected to land on a later tick): nothing to wait for, the tick
+        # publishes its plan action now instead of at the guard's wait end (one wake-up fewer to be late for)
+        expected_later = d.estimate_ms > d.remaining_ms
         try:
             fut = self.engine.submit(image)
-            res = fut.result(timeout=max(0.0, out.wait_until - self.clock()))
+            res = fut.result(timeout=0.0 if expected_later else max(0.0, out.wait_until - self.clock()))
         except concurrent.futures.TimeoutError:
             # Walk away: the late result is harvested by a later tick (with a plan its actions still ahead are used,
             # else it is discarded). A chunk admitted to land on a later tick is not an overrun: it is running.
             self._pending, self._pending_seq, self._pending_slot = fut, frame.seq, out.slot
-            return self._fallback(out, "overrun" if d.estimate_ms <= d.remaining_ms else "busy")
+            if expected_later:
+                out.wait_until = None
+            return self._fallback(out, "busy" if expected_later else "overrun")
         except NonFiniteOutput as e:  # the model overflowed on this frame: never an action
             self.non_finite += 1
             out.error = f"{type(e).__name__} ({e.phase}): {e}"
