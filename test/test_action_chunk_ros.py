@@ -110,3 +110,40 @@ def node_param_period(cycles) -> float:
     from ros_helpers import plumbing_period_ms
 
     return plumbing_period_ms()
+
+
+def test_impossible_chunk_settings_and_checkpoints_fail_configure_in_one_line(domain, tmp_path, procs,
+                                                                              chunk_micro_model):
+    """autostart false: chunk_execute above the model's K, then a checkpoint asking for 9 actions, each fail configure
+    with one line naming the value, and the node stays unconfigured; fixed, configure succeeds."""
+    import json
+    import shutil
+
+    from lifecycle_msgs.msg import Transition
+
+    from test_lifecycle_ros import Lifecycle
+
+    bad_model = tmp_path / "k9"
+    shutil.copytree(chunk_micro_model, bad_model)
+    cfg = json.loads((bad_model / "config.json").read_text())
+    cfg["vla_action_chunk"] = 9
+    (bad_model / "config.json").write_text(json.dumps(cfg))
+    node = start_vla_edge(procs, domain, tmp_path, chunk_micro_model, {"autostart": "false", "chunk_execute": K + 1})
+    lst = Listener(domain)
+    lc = Lifecycle(lst, "/vla_edge")
+    try:
+        assert lc.wait(), node.output()[-3000:]
+        assert not lc.set(Transition.TRANSITION_CONFIGURE), "configure with chunk_execute > K succeeded"
+        assert lc.state() == "unconfigured" and node.alive()
+        lines = [ln for ln in node.output().splitlines() if f"chunk_execute={K + 1}" in ln]
+        assert lines and f"0..{K}" in lines[-1], node.output()[-3000:]
+        assert set_params(lst, "/vla_edge", chunk_execute=K, model_path=str(bad_model)) == [(True, "")] * 2
+        assert not lc.set(Transition.TRANSITION_CONFIGURE), "configure with vla_action_chunk 9 succeeded"
+        assert lc.state() == "unconfigured"
+        assert any("vla_action_chunk" in ln for ln in node.output().splitlines()), node.output()[-3000:]
+        assert set_params(lst, "/vla_edge", model_path=chunk_micro_model) == [(True, "")]
+        assert lc.set(Transition.TRANSITION_CONFIGURE) and lc.state() == "inactive"
+    finally:
+        lst.close()
+    out = node.output()
+    assert "Traceback" not in out, out[-3000:]

@@ -19,6 +19,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from test_robot_output_ros import set_params  # noqa: E402
+
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 CHAT = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -56,9 +58,6 @@ def _active(lst):
 
 
 def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain, tmp_path, procs, hostile_gguf):
-    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-    from rcl_interfaces.srv import SetParameters
-
     lst = Listener(domain)
     pub = lst.node.create_publisher(String, "/vla_edge/instruction", LATCHED)
     try:
@@ -67,17 +66,6 @@ def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain
         start_replay(procs, domain, tmp_path, _bag(tmp_path), "--loop")
         lst.wait_for(lambda: any(v.get("instruction") == "go left" for v in _active(lst)), 90,
                      "model actions under the start-up instruction")
-        cli = lst.node.create_client(SetParameters, "/vla_edge/set_parameters")
-        assert cli.wait_for_service(timeout_sec=10.0)
-
-        def set_instruction(text):
-            req = SetParameters.Request()
-            req.parameters = [Parameter(name="instruction", value=ParameterValue(
-                type=ParameterType.PARAMETER_STRING, string_value=text))]
-            fut = cli.call_async(req)
-            lst.wait_for(fut.done, 10, "set_parameters")
-            return fut.result().results[0]
-
         n0, refused = len(lst.cycles), 0
         for text, why in CASES:
             pub.publish(String(data=text))
@@ -87,8 +75,8 @@ def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain
             d = lst.last_diag()
             assert re.search(why, d["instruction_last_refusal"]), d["instruction_last_refusal"]
             time.sleep(1.0)  # a killed render child is replaced (~0.25 s)
-            r = set_instruction(text + " again")
-            assert not r.successful and "refused" in r.reason, r.reason
+            ok, reason = set_params(lst, "/vla_edge", instruction=text + " again")[0]
+            assert not ok and "refused" in reason, reason
             time.sleep(1.0)
         for i in range(50):  # a flood of runaway renders: the latest waiting one is rendered, the rest dropped
             pub.publish(String(data=f"spin {i}"))
