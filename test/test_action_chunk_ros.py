@@ -51,7 +51,7 @@ def test_the_plan_reaches_a_subscriber_as_a_joint_trajectory(domain, tmp_path, p
     try:
         start_replay(procs, domain, tmp_path, bag, "--loop")
         lst.wait_for(lambda: sum(v["source"] == "plan" for _, v, _ in lst.cycles) >= 40, 90, "plan actions")
-        assert set_params(lst, "/vla_edge", chunk_execute=K + 1)[0][0] is False  # more than the model plans
+        assert set_params(lst, "/vla_edge", chunk_execute=K + 1)[0][0] is False  # more than a chunk may plan
         assert set_params(lst, "/vla_edge", chunk_execute=K)[0] == (True, "")
         time.sleep(0.5)
         with lst.lock:
@@ -112,37 +112,41 @@ def node_param_period(cycles) -> float:
     return plumbing_period_ms()
 
 
-def test_impossible_chunk_settings_and_checkpoints_fail_configure_in_one_line(domain, tmp_path, procs,
-                                                                              chunk_micro_model):
-    """autostart false: chunk_execute above the model's K, then a checkpoint asking for 9 actions, each fail configure
-    with one line naming the value, and the node stays unconfigured; fixed, configure succeeds."""
+def test_impossible_chunk_settings_and_checkpoints_fail_configure_in_one_line(domain, tmp_path, procs):
+    """autostart false, a model that plans 4 actions: chunk_execute 5 (inside the parameter's range, above the model's
+    K), then a checkpoint asking for 9 actions, each fail configure with one line naming the value, and the node stays
+    unconfigured; fixed, configure succeeds, and chunk_execute 5 is refused at run time with the reason."""
     import json
     import shutil
 
     from lifecycle_msgs.msg import Transition
 
     from test_lifecycle_ros import Lifecycle
+    from vla_edge_ros.model.generate import make_model
 
+    k4 = make_model(str(tmp_path / "k4"), "micro", seed=0, action_decoding="parallel", action_chunk=4)
     bad_model = tmp_path / "k9"
-    shutil.copytree(chunk_micro_model, bad_model)
+    shutil.copytree(k4, bad_model)
     cfg = json.loads((bad_model / "config.json").read_text())
     cfg["vla_action_chunk"] = 9
     (bad_model / "config.json").write_text(json.dumps(cfg))
-    node = start_vla_edge(procs, domain, tmp_path, chunk_micro_model, {"autostart": "false", "chunk_execute": K + 1})
+    node = start_vla_edge(procs, domain, tmp_path, k4, {"autostart": "false", "chunk_execute": 5})
     lst = Listener(domain)
     lc = Lifecycle(lst, "/vla_edge")
     try:
         assert lc.wait(), node.output()[-3000:]
         assert not lc.set(Transition.TRANSITION_CONFIGURE), "configure with chunk_execute > K succeeded"
         assert lc.state() == "unconfigured" and node.alive()
-        lines = [ln for ln in node.output().splitlines() if f"chunk_execute={K + 1}" in ln]
-        assert lines and f"0..{K}" in lines[-1], node.output()[-3000:]
-        assert set_params(lst, "/vla_edge", chunk_execute=K, model_path=str(bad_model)) == [(True, "")] * 2
+        lines = [ln for ln in node.output().splitlines() if "chunk_execute=5" in ln]
+        assert lines and "0..4" in lines[-1], node.output()[-3000:]
+        assert set_params(lst, "/vla_edge", chunk_execute=4, model_path=str(bad_model)) == [(True, "")] * 2
         assert not lc.set(Transition.TRANSITION_CONFIGURE), "configure with vla_action_chunk 9 succeeded"
         assert lc.state() == "unconfigured"
         assert any("vla_action_chunk" in ln for ln in node.output().splitlines()), node.output()[-3000:]
-        assert set_params(lst, "/vla_edge", model_path=chunk_micro_model) == [(True, "")]
+        assert set_params(lst, "/vla_edge", model_path=k4) == [(True, "")]
         assert lc.set(Transition.TRANSITION_CONFIGURE) and lc.state() == "inactive"
+        ok, reason = set_params(lst, "/vla_edge", chunk_execute=5)[0]
+        assert not ok and "0..4" in reason, reason
     finally:
         lst.close()
     out = node.output()

@@ -127,9 +127,10 @@ class PromptBuilder:
         """No task: the system prompt alone (what the node ran before instructions existed)."""
         return Instruction("", self.default_ids, 0, "none")
 
-    def build(self, text, source: str = "parameter") -> Instruction:
+    def build(self, text, source: str = "parameter", budget_s: float | None = None) -> Instruction:
         """The Instruction for `text`. An empty `instruction` parameter (or none at start-up) means the default prompt;
-        an empty message on the topic is refused. Raises InstructionError (one line)."""
+        an empty message on the topic is refused. Raises InstructionError (one line). `budget_s`: this call's render
+        budget (default `render_budget_s`; the parameter check renders on the control thread with a shorter one)."""
         if (text is None or (isinstance(text, str) and text == "")) and source != "topic":
             return Instruction("", self.default_ids, 0, "none", source)
         text = clean(text)
@@ -141,7 +142,7 @@ class PromptBuilder:
         n = len(tok.encode(text))
         if n > self.max_instruction_tokens:
             raise InstructionError(f"{n} tokens: more than max_instruction_tokens={self.max_instruction_tokens}")
-        prompt = self._render(text) if self.template == "chat" else f"{self.system_prompt}\n{text}"
+        prompt = self._render(text, budget_s=budget_s) if self.template == "chat" else f"{self.system_prompt}\n{text}"
         ids = np.asarray(tok.encode(prompt), np.int32)
         if (ids >= self.limit).any() or (ids < 0).any():
             raise InstructionError("the prompt encodes to ids in the action range or the start token")

@@ -312,10 +312,10 @@ class Runtime:
         return {"action_chunk": plan.chunk, "chunk_execute": plan.execute, "chunk_blend": plan.blend,
                 "chunk_blend_weight": plan.weight, **plan.stats()}
 
-    def check_instruction(self, text) -> str | None:
-        """Why `text` would be refused as the instruction (nothing changes), or None."""
+    def check_instruction(self, text, budget_s: float | None = None) -> str | None:
+        """Why `text` would be refused as the instruction (nothing changes), or None; `budget_s`: the render's."""
         try:
-            self.engine.prompts.build(text)
+            self.engine.prompts.build(text, budget_s=budget_s)
         except InstructionError as e:
             return str(e)
         return None

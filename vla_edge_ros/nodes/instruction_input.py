@@ -25,6 +25,10 @@ from std_msgs.msg import String
 
 from ..instruction import InstructionError, string_from_cdr
 
+# The parameter check renders on the executor thread (rclpy wants its answer at once), between the timer's ticks: a
+# template that runs away may hold that thread this long (plus the child's kill, ~5 ms); a normal render takes
+# 0.2-1 ms. The topic path renders on its own thread with the builder's longer budget.
+PARAMETER_RENDER_BUDGET_S = 0.010
 LATCHED = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -57,7 +61,7 @@ class InstructionInput:
         rt = self.runtime()
         for prm in params:
             if prm.name == "instruction" and rt is not None:
-                why = rt.check_instruction(prm.value)
+                why = rt.check_instruction(prm.value, PARAMETER_RENDER_BUDGET_S)
                 if why:
                     self.node.get_logger().warn(f"instruction parameter refused: {why}; the previous instruction "
                                                 "stays")
