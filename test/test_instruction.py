@@ -94,6 +94,10 @@ def test_prompt_builder_raw_template_bounds_and_special_tokens(tiny_gguf):
         small.build("z" * 29)
     with pytest.raises(InstructionError, match="no tokenizer"):
         PromptBuilder(None, 2048, CAPACITY, "s", np.arange(3)).build("go")
+    # a model that plans 8 actions has 64 transient action slots: the same prompt needs 56 more
+    assert len(PromptBuilder(tok, 2048, 100, "You drive.", np.arange(5)).build("go left").ids) == 18
+    with pytest.raises(InstructionError, match="64 action tokens need 114 KV slots"):
+        PromptBuilder(tok, 2048, 100, "You drive.", np.arange(5), action_tokens=64).build("go left")
 
 
 def test_special_token_strings_cannot_close_the_user_turn(real_gguf):

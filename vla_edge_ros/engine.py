@@ -128,7 +128,7 @@ class Engine:
         self.prompts = PromptBuilder(self.tokenizer, cfg.vocab_size, self.capacity, DEFAULT_SYSTEM_PROMPT,
                                      system_prompt_ids(self.model_dir, cfg.vocab_size, tokenizer=self.tokenizer),
                                      instruction_template,
-                                     max_instruction_tokens)
+                                     max_instruction_tokens, action_tokens=cfg.action_tokens)
         self.instruction_error = None  # why the start-up instruction was refused (the default prompt runs instead)
         try:
             self.instruction = self.prompts.build(instruction, "start")
