@@ -19,8 +19,8 @@ from vla_edge_ros.instruction import InstructionError, PromptBuilder
 from vla_edge_ros.model.checkpoint import load_model
 from vla_edge_ros.model.generate import make_model
 from vla_edge_ros.model.gguf import save_gguf
-from vla_edge_ros.model.tokenizer import (RENDER_BUDGET_S, RENDER_MEMORY_BYTES, TemplateRefused, load_tokenizer,
-                                          render_template)
+from vla_edge_ros.model.chat_template import RENDER_BUDGET_S, RENDER_MEMORY_BYTES, TemplateRefused, render_template
+from vla_edge_ros.model.tokenizer import load_tokenizer
 
 CAPACITY = 512
 CHAT = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -150,16 +150,16 @@ def test_a_template_that_fails_on_every_instruction_refuses_the_model_at_start_u
 
 def test_the_qwen_template_gives_the_same_ids_as_an_unbounded_render(real_gguf):
     """The bounded render is the same jinja2 sandbox as before, only elsewhere: same text, same ids."""
-    from vla_edge_ros.model.tokenizer import _sandbox
+    from vla_edge_ros.model.chat_template import sandbox
 
     tok = load_tokenizer(real_gguf)
     pb = PromptBuilder(tok, 151936, 4096, "You drive a robot.", np.arange(3))
     for text in ("pick up the red cup", "déplace le cube bleu\nà gauche", "go 3 m forward, then stop"):
         ids = pb.build(text).ids
         messages = [{"role": "system", "content": "You drive a robot."}, {"role": "user", "content": text}]
-        ref = _sandbox().from_string(tok.chat_template).render(messages=messages, add_generation_prompt=True,
-                                                               bos_token="", eos_token=tok.eos_token or "",
-                                                               tools=None)
+        ref = sandbox().from_string(tok.chat_template).render(messages=messages, add_generation_prompt=True,
+                                                              bos_token="", eos_token=tok.eos_token or "",
+                                                              tools=None)
         assert ids.tolist() == tok.encode(ref)
         assert tok.decode(ids).endswith(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
 

@@ -6,7 +6,7 @@ An instruction arrives as text (the `instruction` parameter, the `~/instruction`
 checked before anything else is done with it, then rendered with the model's own chat template (or appended to the
 system prompt as raw text) and tokenized with the model's own tokenizer. The result, an `Instruction`, is what the
 engine prefills into the pinned prompt region of the KV cache (DESIGN.md §5, §8). The template comes from the model
-file, so it renders bounded (model/tokenizer.TemplateRenderer: a child process, a time budget, an output cap): a
+file, so it renders bounded (model/chat_template.TemplateRenderer: a child process, a time budget, an output cap): a
 template that fails or exceeds a bound refuses that instruction, and one that fails on a sample instruction refuses
 the model when its PromptBuilder is made (configure).
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from .constants import ACTION_TOKENS, ACTION_VOCAB, VISION_TOKENS
 from .kv_cache import min_capacity
-from .model.tokenizer import RENDER_BUDGET_S, RENDER_START_S, TemplateRefused
+from .model.chat_template import RENDER_BUDGET_S, RENDER_START_S, TemplateRefused
 
 MAX_INSTRUCTION_CHARS = 4096  # checked before tokenizing: a 1 MB string costs a length check, nothing more
 TEMPLATES = ("auto", "chat", "raw")  # auto: the model's chat template when it has one, else raw

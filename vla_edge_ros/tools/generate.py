@@ -54,9 +54,10 @@ def main(argv=None) -> int:
     if (a.chat or a.system) and a.prompt is None:
         ap.error("--chat / --system need --prompt (text, through the tokenizer)")
 
+    from ..model.chat_template import TemplateRefused
     from ..model.checkpoint import check_model_path, load_model
     from ..model.safetensors_io import ModelLoadError
-    from ..model.tokenizer import TemplateRefused, load_tokenizer, tokenizer_problem
+    from ..model.tokenizer import load_tokenizer, tokenizer_problem
 
     problem = check_model_path(a.model)
     if problem:
