@@ -98,7 +98,6 @@ def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain
         late = [f'{v["cycle_ms"]} ms (chunk {v.get("chunk_ms")} ms), {_after(events, t)}'
                 for t, v, _ in lst.cycles[n0:] if v["late"] != "False"]
         print(f"[template ros] {len(after)} cycles while hostile templates arrived; late: {late}")
-        print(f"[template ros] {len(after)} cycles while hostile templates arrived, late: {late}")
         assert len(late) <= 1, late
         assert all(int(v.get("missed_before", 0)) == 0 for v in after)
         assert all(v.get("instruction") == "go left" for v in after if v["source"] == "model")
