@@ -17,8 +17,24 @@ from .engine import make_backend
 from .model.weights import Weights
 
 
+# The prompt is prefilled in blocks of this many tokens: a block's queries against the whole cache are the prefill's
+# working set (the golden model holds [block, capacity] scores a head), so a long prompt costs memory linear in its
+# length, not quadratic.
+PREFILL_BLOCK = 256
+
+
 class NonFiniteLogits(RuntimeError):
     pass
+
+
+def prefill_bytes(cfg, capacity: int) -> int:
+    """Host bytes the golden model needs for `capacity` positions: its cache (raw k, rotated k and v, float32, every
+    layer), the rotary tables, and one prefill block's attention scores, mask and activations."""
+    cap, block = int(capacity), min(PREFILL_BLOCK, int(capacity))
+    cache = 3 * cfg.num_hidden_layers * cap * cfg.kv_dim * 4 + 2 * cap * cfg.head_dim * 4
+    scores = 3 * cfg.num_attention_heads * block * cap * 4 + block * cap
+    acts = 8 * block * max(cfg.intermediate_size, cfg.hidden_size, cfg.vocab_size) * 4
+    return cache + scores + acts
 
 
 @dataclass
@@ -50,8 +66,11 @@ def greedy_next(logits: np.ndarray) -> int:
 def generate(model, prompt_ids, n_tokens: int, stop_ids=()) -> Generation:
     """Up to `n_tokens` greedy tokens after `prompt_ids` (stopping after an id in `stop_ids`)."""
     g = Generation([int(i) for i in prompt_ids])
+    if not g.prompt_ids:
+        raise ValueError("the prompt has no tokens")
     t0 = time.perf_counter()
-    logits = model.text_logits(g.prompt_ids, 0, last_only=True)
+    for start in range(0, len(g.prompt_ids), PREFILL_BLOCK):  # in blocks: the working set stays one block's
+        logits = model.text_logits(g.prompt_ids[start:start + PREFILL_BLOCK], start, last_only=True)
     g.prefill_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     pos = len(g.prompt_ids)

@@ -9,6 +9,7 @@ compressed-tensors 4-bit; GGUF dequantized to bf16), never a switch.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .config import ModelConfig
@@ -51,6 +52,16 @@ def check_model_path(path) -> str | None:
     return f"{path}: {reason}" if reason else None
 
 
+def _special_kind(p: Path) -> str:
+    """What a path that is neither a regular file nor a directory is ("FIFO", "socket", ...), by its stat mode."""
+    mode = p.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def model_path_problem(path) -> str | None:
     """The reason of check_model_path, without the path."""
     p = Path(str(path)).expanduser()
@@ -63,6 +74,9 @@ def model_path_problem(path) -> str | None:
             if not os.access(p, os.R_OK):
                 return "GGUF file not readable"
             return None
+        if not p.is_dir():  # a FIFO, socket or device: never opened (a FIFO would block the reader)
+            return (f"a {_special_kind(p)}, not a GGUF file or a model directory (a model is a .gguf file or a folder "
+                    "with config.json and *.safetensors)")
         if not os.access(p, os.R_OK | os.X_OK):
             return "model directory not readable"
         if not (p / "config.json").is_file():

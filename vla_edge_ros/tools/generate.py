@@ -12,8 +12,10 @@ For instance:
   vla-edge-generate --model /models/qwen --chat --prompt "Name three colours." --backend cuda
   vla-edge-generate --model /tmp/tiny --prompt-ids 1,2,3 --tokens 8        # a model without a tokenizer
 
-Exit status: 0 done; 2 a bad option; 3 a model that cannot load (one line naming the file and tensor), a model
-without a tokenizer for --prompt, or a forward pass that overflows.
+Exit status: 0 done; 2 a bad option (also: --system without --chat, a --prompt that is not valid UTF-8, a prompt +
+--tokens past the model's context or over the memory the cache and the prefill would need); 3 a model that cannot
+load (one line naming the file and tensor), a model without a tokenizer for --prompt, or a forward pass that
+overflows. Every refusal is one line, before anything large is allocated.
 """
 from __future__ import annotations
 
@@ -23,10 +25,65 @@ import sys
 from .cli import Parser, bounded, fail
 
 MAX_PROMPT_CHARS = 1 << 16
+MAX_PROMPT_ID_CHARS = 1 << 22  # --prompt-ids text: ~400,000 ids at most are even parsed (each is then range-checked)
 MAX_TOKENS = 4096
 
 
+def _utf8_problem(option: str, text: str | None) -> str | None:
+    """Why `text` (from argv: undecodable bytes arrive as lone surrogates) cannot be encoded, or None."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"{option} is not valid UTF-8 (an undecodable byte or a lone surrogate at character {e.start})"
+    return None
+
+
+def _available_bytes() -> int | None:
+    """Memory this process may still take: the lower of MemAvailable and the address-space limit (None: unknown)."""
+    limits = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+def context_problem(cfg, n_prompt: int, n_tokens: int, backend: str) -> str | None:
+    """Why a prompt of `n_prompt` ids + `n_tokens` generated ones cannot run on the model `cfg`: past its context
+    (max_position_embeddings), or (the NumPy backend) more host memory than is available for the cache (k, rotated k,
+    v in float32 a layer) and one prefill block (textgen.PREFILL_BLOCK queries against the whole cache); None when
+    it can."""
+    from ..textgen import prefill_bytes
+
+    need = n_prompt + n_tokens
+    ctx = int(cfg.max_position_embeddings)
+    if need > ctx:
+        return (f"the prompt is {n_prompt} tokens and --tokens {n_tokens}: {need} positions, past the model's context "
+                f"of {ctx} (max_position_embeddings); shorten the prompt")
+    if backend != "cuda":
+        est, avail = prefill_bytes(cfg, need), _available_bytes()
+        if avail is not None and est > avail:
+            return (f"the prompt is {n_prompt} tokens and --tokens {n_tokens}: the NumPy cache and prefill need about "
+                    f"{est / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB available; shorten the prompt")
+    return None
+
+
 def _ids(text: str) -> list[int]:
+    if len(text) > MAX_PROMPT_ID_CHARS:
+        raise ValueError(f"--prompt-ids is {len(text)} characters (at most {MAX_PROMPT_ID_CHARS})")
     try:
         ids = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -51,11 +108,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.prompt is not None and len(a.prompt) > MAX_PROMPT_CHARS:
         ap.error(f"--prompt is {len(a.prompt)} characters (at most {MAX_PROMPT_CHARS})")
-    if (a.chat or a.system) and a.prompt is None:
+    if (a.chat or a.system is not None) and a.prompt is None:
         ap.error("--chat / --system need --prompt (text, through the tokenizer)")
+    if a.system is not None and not a.chat:
+        ap.error("--system needs --chat (the system message is a turn of the model's chat template)")
+    for option, text in (("--prompt", a.prompt), ("--system", a.system)):
+        why = _utf8_problem(option, text)
+        if why:
+            ap.error(why)
 
     from ..model.chat_template import TemplateRefused
-    from ..model.checkpoint import check_model_path, load_model
+    from ..model.checkpoint import check_model_path, load_config, load_model
     from ..model.safetensors_io import ModelLoadError
     from ..model.tokenizer import load_tokenizer, tokenizer_problem
 
@@ -63,13 +126,14 @@ def main(argv=None) -> int:
     if problem:
         return fail("vla-edge-generate", problem, 3)
     try:
+        cfg = load_config(a.model)  # the context and the shapes, before any weight is read
         tok = load_tokenizer(a.model)
         if a.prompt is not None:
             if tok is None:
                 return fail("vla-edge-generate", f"{tokenizer_problem(a.model)}: use --prompt-ids", 3)
             text = a.prompt
             if a.chat:
-                messages = ([{"role": "system", "content": a.system}] if a.system else []) + \
+                messages = ([{"role": "system", "content": a.system}] if a.system is not None else []) + \
                     [{"role": "user", "content": a.prompt}]
                 text = tok.render_chat(messages)
             prompt_ids = tok.encode(text)
@@ -77,6 +141,10 @@ def main(argv=None) -> int:
                 ap.error("--prompt encodes to no tokens")
         else:
             prompt_ids = _ids(a.prompt_ids)
+        backend = a.backend if a.backend != "auto" else ("cuda" if _cuda_usable() else "numpy")
+        why = context_problem(cfg, len(prompt_ids), a.tokens, backend)
+        if why:
+            ap.error(why)
         weights = load_model(a.model)
     except (ModelLoadError, TemplateRefused) as e:  # a bad file, or its chat template over a bound: the model's fault
         return fail("vla-edge-generate", str(e), 3)
@@ -90,7 +158,7 @@ def main(argv=None) -> int:
     from ..textgen import NonFiniteLogits, generate, text_model
 
     try:
-        model = text_model(weights, a.backend, len(prompt_ids) + a.tokens)
+        model = text_model(weights, backend, len(prompt_ids) + a.tokens)
         stop = () if a.no_stop or tok is None else tok.eos_ids
         g = generate(model, prompt_ids, a.tokens, stop)
     except (EngineError, NonFiniteLogits, ValueError) as e:
@@ -106,6 +174,12 @@ def main(argv=None) -> int:
           f"{', stopped at end of text' if g.stopped else ''}]", file=sys.stderr)
     print(text if text is not None else ",".join(map(str, g.ids)))
     return 0
+
+
+def _cuda_usable() -> bool:
+    from ..engine import cuda_available
+
+    return bool(cuda_available())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ Norms, biases, embeddings, an untied LM head and vision.safetensors stay as they
 the format's `quantization_config`; tokenizer and other files are copied. The output loads in this
 package and in the format's own library; it is written through a temporary directory and renamed.
 
+Exit status: 0 written; 2 a bad option or --out (not empty, the model itself), a model that is already quantized;
+3 a model that cannot load or cannot be quantized (missing, not a model, a corrupt file, NaN or Inf weights, a hidden
+or FFN size that is not a multiple of the 128-channel group); 128 + the signal on Ctrl-C / SIGTERM. One line each.
+
 Example: vla-edge-quantize --model models/my-vla --format compressed-tensors --out models/my-vla-w4a16
 """
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 
 from ..model import ops
 from ..model.config import QuantConfig
-from ..model.checkpoint import load_model
+from ..constants import GROUP_SIZE
+from ..model.checkpoint import check_model_path, load_config, load_model
 from ..model.gguf import is_gguf
 from ..model.quant import FORMATS, as_f32, default_scale_dtype, quantize_rtn, search_clip, stored_tensors
 from ..model.safetensors_io import ModelLoadError, f32_to_bf16, save_file
@@ -43,6 +48,10 @@ MAX_CALIB_TOKENS = 1 << 16
 
 class QuantizeError(Exception):
     """Input this tool refuses; the message is one line."""
+
+
+class UnquantizableModel(QuantizeError):
+    """A model that cannot load or cannot be quantized (exit 3, as a model that cannot load in the other tools)."""
 
 
 class _StopOnSignal:
@@ -138,13 +147,25 @@ def quantize_model(src: str, out: str, fmt: str, symmetric: bool = False, force:
         raise QuantizeError("--symmetric applies to compressed-tensors only (AWQ gemm always has zero points)")
     if os.path.abspath(src) == os.path.abspath(out):
         raise QuantizeError("--out must differ from --model")
+    problem = check_model_path(src)
+    if problem:
+        raise UnquantizableModel(problem)
     gguf = is_gguf(src)
     # every tensor checked: a broken input fails here, before anything is written. A GGUF file is quantized from
     # its dequantized float32 values (not from their bf16 rounding), its other tensors stored as bf16.
-    w = load_model(src, keep_f32=gguf)
+    try:
+        cfg = load_config(src)  # the shapes first: a model that cannot be quantized is refused before it is read
+        if cfg.quant is not None:
+            raise QuantizeError(f"{src} is already quantized ({cfg.quant.method}); give it the bf16 model")
+        odd = [f"{name} {v}" for name, v in (("hidden_size", cfg.hidden_size),
+                                             ("intermediate_size", cfg.intermediate_size)) if v % GROUP_SIZE]
+        if odd:
+            raise UnquantizableModel(f"{src}: {' and '.join(odd)} not a multiple of the {GROUP_SIZE}-channel group "
+                                     "(the 4-bit formats quantize whole groups of input channels)")
+        w = load_model(src, keep_f32=gguf)
+    except ModelLoadError as e:
+        raise UnquantizableModel(str(e)) from None
     cfg = w.cfg
-    if cfg.quant is not None:
-        raise QuantizeError(f"{src} is already quantized ({cfg.quant.method}); give it the bf16 model")
     quant = QuantConfig(fmt, symmetric=symmetric)
     sdt = default_scale_dtype(fmt)
     tensors = {"model.embed_tokens.weight": ("BF16", _bf16(w.embed)), "model.norm.weight": ("BF16", _bf16(w.norm))}
@@ -212,7 +233,10 @@ def main(argv=None) -> int:
     try:
         frames = load_calibration_frames(a.calib_clip, a.calib_frames) if a.calib_clip else None
         r = quantize_model(a.model, a.out, a.format, a.symmetric, a.force, frames, a.calib_tokens)
-    except (QuantizeError, ModelLoadError, OutputDirError, ValueError, OSError) as e:
+    except (UnquantizableModel, ModelLoadError) as e:
+        print(f"vla-edge-quantize: error: {e}", file=sys.stderr)
+        return 3
+    except (QuantizeError, OutputDirError, ValueError, OSError) as e:
         print(f"vla-edge-quantize: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: atomic_output_dir has removed its temporary folder
