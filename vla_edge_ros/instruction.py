@@ -19,6 +19,7 @@ action tokens must fit the KV cache. Each refusal is one `InstructionError` line
 """
 from __future__ import annotations
 
+import threading
 import time
 import unicodedata
 from collections import OrderedDict
@@ -31,6 +32,7 @@ from .kv_cache import min_capacity
 from .model.chat_template import RENDER_BUDGET_S, RENDER_START_S, TemplateRefused
 
 MAX_INSTRUCTION_CHARS = 4096  # checked before tokenizing: a 1 MB string costs a length check, nothing more
+MAX_INSTRUCTION_BYTES = 4 * MAX_INSTRUCTION_CHARS  # UTF-8 of the longest text: a longer message is refused uncopied
 TEMPLATES = ("auto", "chat", "raw")  # auto: the model's chat template when it has one, else raw
 KEEP_CONTROLS = ("\n", "\t")
 MAX_SPECIAL_PASSES = 16  # special-token strings nested deeper than this are refused rather than unwrapped
@@ -58,13 +60,18 @@ class Instruction:
 def string_from_cdr(raw: bytes) -> bytes:
     """The bytes of a serialized std_msgs/String (CDR: a 4-byte encapsulation header, a uint32 length that counts the
     trailing NUL, the bytes), undecoded: `clean` decodes them strictly, so a message that is not UTF-8 is refused
-    by name (rclpy's own deserialization replaces such bytes with U+FFFD and the text would pass)."""
+    by name (rclpy's own deserialization replaces such bytes with U+FFFD and the text would pass). A message whose
+    text is longer than MAX_INSTRUCTION_BYTES is refused by its length alone, before any of it is copied or read."""
+    size = len(raw)
+    if size > 8 + MAX_INSTRUCTION_BYTES + 4:  # header, length, the text, its NUL and padding
+        raise InstructionError(f"a {size}-byte message: longer than {MAX_INSTRUCTION_CHARS} characters (refused "
+                               "before it is copied)")
     raw = bytes(raw)
-    if len(raw) < 8 or raw[0] != 0 or raw[1] not in (0, 1):
-        raise InstructionError(f"not a serialized std_msgs/String ({len(raw)} bytes, header {raw[:4].hex()})")
+    if size < 8 or raw[0] != 0 or raw[1] not in (0, 1):
+        raise InstructionError(f"not a serialized std_msgs/String ({size} bytes, header {raw[:4].hex()})")
     n = int.from_bytes(raw[4:8], "little" if raw[1] == 1 else "big")
-    if n < 1 or 8 + n > len(raw):
-        raise InstructionError(f"a serialized std_msgs/String whose length {n} exceeds its {len(raw)} bytes")
+    if n < 1 or 8 + n > size:
+        raise InstructionError(f"a serialized std_msgs/String whose length {n} exceeds its {size} bytes")
     return raw[8:8 + n - 1]
 
 
@@ -204,6 +211,79 @@ def strip_specials(text: str, specials) -> str:
         for s in found:
             text = text.replace(s, "")
     raise InstructionError(f"special-token strings nested more than {MAX_SPECIAL_PASSES} deep")
+
+
+class InstructionFeed:
+    """Instruction requests for a control loop, coalesced before any work and rendered off the loop's thread.
+
+    `offer` (any thread, e.g. the loop itself for the bench's schedule) only replaces the one waiting request: a
+    flood costs a reference swap a request, never a render. The `vla-instruction-feed` thread checks the latest one
+    with `check(text)` (Runtime.check_instruction: the chat template within its budget, remembered by the
+    PromptBuilder, so the change that follows does not render again); `take` (the loop, once a tick) returns at most
+    one checked request, so the loop's own work per tick is one `set_instruction` whatever arrives."""
+
+    def __init__(self, check, name: str = "vla-instruction-feed"):
+        self._check = check
+        self._cv = threading.Condition()
+        self._waiting = None  # (text, source, when): the latest request not checked yet
+        self._ready = None  # (text, source, when): checked, for the loop to apply
+        self._closed = False
+        self.offered = 0
+        self.dropped = 0  # requests replaced by a newer one before they were checked
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def offer(self, text, source: str, when: float | None = None) -> None:
+        """Queue `text`; a request still waiting (unchecked) is dropped and counted."""
+        with self._cv:
+            self.offered += 1
+            if self._waiting is not None:
+                self.dropped += 1
+            self._waiting = (text, source, when)
+            self._cv.notify()
+
+    def take(self):
+        """The latest checked request (text, source, when), or None; a checked one replaced by a newer checked one
+        is dropped (counted)."""
+        with self._cv:
+            item, self._ready = self._ready, None
+        return item
+
+    def pending(self) -> bool:
+        """A request is waiting or being checked, or checked and not taken yet."""
+        with self._cv:
+            return self._waiting is not None or self._ready is not None or self._busy
+
+    _busy = False
+
+    def _loop(self) -> None:
+        from .realtime import normal_scheduling
+
+        normal_scheduling()  # a helper of the loop's thread: never real-time, whoever created it
+        while True:
+            with self._cv:
+                while self._waiting is None and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                item, self._waiting = self._waiting, None
+                self._busy = True
+            try:
+                self._check(item[0])  # renders and remembers; the refusal, if any, is the loop's set_instruction's
+            except Exception:  # noqa: BLE001 - the loop's set_instruction says what went wrong
+                pass
+            with self._cv:
+                self._busy = False
+                if self._ready is not None:
+                    self.dropped += 1
+                self._ready = item
+
+    def close(self) -> None:
+        """End the checking thread (a request still waiting is dropped)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=1.0)
 
 
 def summary(instr: Instruction, limit: int = 200) -> str:

@@ -46,7 +46,7 @@ from ..cycle import REPROBE_AFTER_S, probe_after_cycles
 from ..engine import cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
-from ..instruction import InstructionError, shorten
+from ..instruction import InstructionError, InstructionFeed, shorten
 from ..metrics import CycleStats, command_smoothness
 from ..model import ops
 from ..model.safetensors_io import ModelLoadError, bf16_to_f32
@@ -168,6 +168,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
     rt = Runtime.build(model_dir, settings, fb, weights=weights, stats=stats, seed=args.seed, vram_interval_s=0.05,
                        admission_class=AdmitAll if args.admit_all else AdmissionController,
                        warn=lambda msg: print(f"vla-edge-bench: {msg}", file=sys.stderr, flush=True))
+    feed = None
     try:
         # this thread runs the cycle, as the node's timer (the runtime put the engine worker one level below it)
         refused = set_realtime_priority(args.realtime_priority)
@@ -196,6 +197,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             time.sleep(0.001)
         start = camera.start_time + period  # the first tick finds a frame, as on a running robot
         schedule = sorted(args.instruction_at or [], key=lambda x: x[0])  # (seconds into the run, text)
+        feed = InstructionFeed(rt.check_instruction)
         refusals = []
         i = 0
         while i < n_ticks:
@@ -204,13 +206,18 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             if delay > 0:
                 time.sleep(delay)
             t0 = time.monotonic()
-            while schedule and t0 - start >= schedule[0][0]:  # the bench's ~/instruction: as the node would
+            # the bench's ~/instruction, as the node's: what fell due is coalesced before any work (only the latest
+            # is rendered, off this thread), and the tick applies at most one checked request, after its publish
+            while schedule and t0 - start >= schedule[0][0]:
                 at, text = schedule.pop(0)
-                try:
-                    rt.set_instruction(text, "bench")
-                except InstructionError as e:
-                    refusals.append({"at_s": at, "text": shorten(text, 120), "error": str(e)})
+                feed.offer(text, "bench", at)
             step = rt.step(t0, scheduled, publish)
+            ready = feed.take()
+            if ready is not None:
+                try:
+                    rt.set_instruction(ready[0], "bench")
+                except InstructionError as e:
+                    refusals.append({"at_s": ready[2], "text": shorten(ready[0], 120), "error": str(e)})
             out, t_publish = step.outcome, step.t_publish
             cycle_ms.append((t_publish - t0) * 1000.0)
             per_cycle["t"].append(t0 - start)
@@ -235,6 +242,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
             skipped += nxt - i - 1
             progress.update(nxt - i)
             i = nxt
+        feed.close()
         normal_scheduling()
         camera.stop()
         drained = rt.finish(timeout=30.0)  # a late chunk still running: let it land before reading the cache
@@ -284,8 +292,13 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
              "instruction_tokens": r["instruction_tokens"], "ok": r["ok"], "error": r["error"]}
             for r in rt.instruction_log()]
         metrics["instruction_refusals"] = refusals
+        # the schedule's requests, and those a newer one replaced before they were rendered (never worked on)
+        metrics["instruction_requests"] = feed.offered
+        metrics["instruction_dropped_unrendered"] = feed.dropped
         return metrics, {"cycle_ms": cycle_ms, "timeline": timeline, "cycles": per_cycle}
     finally:
+        if feed is not None:
+            feed.close()
         rt.close()
 
 
