@@ -127,12 +127,14 @@ def test_config_file_matches_the_tables():
     camera = cfg["/**/vla_camera"]["ros__parameters"]
     r_names = {s.name for s in P.REASONING_SPECS}
     c_names = {s.name for s in P.CAMERA_SPECS}
-    assert set(reasoning) <= r_names, set(reasoning) - r_names
-    assert set(camera) <= c_names, set(camera) - c_names
-    d = P.defaults(P.REASONING_SPECS)
-    for k, v in reasoning.items():  # the shipped file states the defaults
-        assert v == d[k], k
-        assert type(v) is type(d[k]) or (isinstance(v, list)), k  # doubles written as doubles
+    # every setting of the table, nothing else: a newcomer reads every setting and its default in the file
+    assert set(reasoning) == r_names, (sorted(r_names - set(reasoning)), sorted(set(reasoning) - r_names))
+    assert set(camera) == c_names, (sorted(c_names - set(camera)), sorted(set(camera) - c_names))
+    for values, specs in ((reasoning, P.REASONING_SPECS), (camera, P.CAMERA_SPECS)):
+        d = P.defaults(specs)
+        for k, v in values.items():  # the shipped file states the defaults
+            assert v == d[k], k
+            assert type(v) is type(d[k]) or (isinstance(v, list)), k  # doubles written as doubles
     with pytest.raises(P.ParamError, match="model_path is empty"):
         P.validate_reasoning(reasoning)
     P.validate_camera(camera)
