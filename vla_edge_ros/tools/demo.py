@@ -48,6 +48,8 @@ CPU_PRESETS = ("tiny", "micro")  # largest first: what the demo tries on a CPU
 DEMO_CHUNKS = 40
 DEMO_FIT_SHARE = 0.6
 MIN_MODEL_SHARE = 0.5  # the window fails with fewer model actions than this share of its cycles
+SLOW_HOST_REALTIME_PRIORITY = 10  # the node's realtime_priority when nothing fitted the configured period
+MAX_DEMO_PERIOD_MS = 1000.0  # the longest period the demo picks by itself (a slower host is told, not run)
 
 
 def preset_fits(cost, period_ms: float, safety_margin_ms: float) -> bool:
@@ -74,25 +76,49 @@ def window_verdict(cycles: list[dict]) -> str | None:
     return "; ".join(problems) or None
 
 
-def choose_cpu_preset(cache: Path, period_ms: float, safety_margin_ms: float) -> tuple[str | None, str]:
-    """(the largest CPU preset whose chunk fits the cycle on this host, or None; one line saying why)."""
-    from ..host_fit import measure_chunk, period_for
+def choose_cpu_preset(cache: Path, period_ms: float, safety_margin_ms: float,
+                      period_fixed: bool = False) -> tuple[str | None, float, str]:
+    """(the largest CPU preset whose chunk fits the cycle on this host, or None; the period to run it at; one line
+    saying why). See `decide_cpu_preset`."""
+    from ..host_fit import measure_chunk
     from .outputs import ensure_model
+
+    costs = []
+    for preset in CPU_PRESETS:
+        costs.append((preset, measure_chunk(ensure_model(cache, None, preset), CPU_KV_CAPACITY_TOKENS,
+                                            chunks=DEMO_CHUNKS)))
+        if preset_fits(costs[-1][1], period_ms, safety_margin_ms):
+            break
+    return decide_cpu_preset(costs, period_ms, safety_margin_ms, period_fixed)
+
+
+def decide_cpu_preset(costs, period_ms: float, safety_margin_ms: float,
+                      period_fixed: bool = False) -> tuple[str | None, float, str]:
+    """The demo's choice from the chunk costs measured here ([(preset, ChunkCost)], CPU_PRESETS' order, largest
+    first): the first preset that fits `period_ms`; when none does, the smallest at the shortest period it fits
+    (host_fit.period_for), unless the period was given (`period_fixed`: then None, and the line names the period
+    that would fit). Returns (preset or None, period ms, one line)."""
+    from ..host_fit import period_for
 
     budget = period_ms - safety_margin_ms
     said = []
-    for preset in CPU_PRESETS:
-        cost = measure_chunk(ensure_model(cache, None, preset), CPU_KV_CAPACITY_TOKENS, chunks=DEMO_CHUNKS)
+    for preset, cost in costs:
         ok = preset_fits(cost, period_ms, safety_margin_ms)
         said.append(f"{preset}: {cost.line()} ({'fits' if ok else 'does not fit'})")
         if ok:
-            return preset, (f"model {preset} at {CPU_KV_CAPACITY_TOKENS} slots, measured here: " + "; ".join(said)
-                            + f"; fits = p90 of {DEMO_CHUNKS} chunks <= {DEMO_FIT_SHARE:.0%} of the {budget:g} ms "
-                            "budget")
+            return preset, period_ms, (f"model {preset} at {CPU_KV_CAPACITY_TOKENS} slots, measured here: "
+                                       + "; ".join(said) + f"; fits = p90 of {DEMO_CHUNKS} chunks <= "
+                                       f"{DEMO_FIT_SHARE:.0%} of the {budget:g} ms budget")
+    smallest, cost = costs[-1]
     need = period_for(cost, safety_margin_ms, period_ms, share=DEMO_FIT_SHARE)
-    return None, ("no embedded model fits a " + f"{period_ms:g} ms cycle on this CPU (" + "; ".join(said)
-                  + f"): run `./scripts/demo.sh --period-ms {need:g}` (or `vla-edge-demo --period-ms {need:g}`), "
-                  "or run it on a machine with a GPU")
+    if not period_fixed and need <= MAX_DEMO_PERIOD_MS:
+        return smallest, need, (f"no embedded model fits a {period_ms:g} ms cycle on this CPU (" + "; ".join(said)
+                                + f"): running {smallest}, the smallest, at a {need:g} ms period, the shortest it "
+                                f"fits (p90 <= {DEMO_FIT_SHARE:.0%} of the budget; --period-ms sets one), with "
+                                f"realtime_priority {SLOW_HOST_REALTIME_PRIORITY}")
+    return None, period_ms, ("no embedded model fits a " + f"{period_ms:g} ms cycle on this CPU (" + "; ".join(said)
+                             + f"): run `./scripts/demo.sh --period-ms {need:g}` (or `vla-edge-demo --period-ms "
+                             f"{need:g}`), or run it on a machine with a GPU")
 
 
 def ensure_assets(cache: Path, model: str | None, preset: str = "tiny") -> tuple[str, Path]:
@@ -172,13 +198,18 @@ def main(argv=None) -> int:
     if problem:
         return fail("vla-edge-demo", f"--period-ms: {problem}")
     preset = a.preset
+    slow_host = False  # nothing fitted the config's period: the host is slow or busy
     if preset == "auto" and a.model is None:
         preset = "tiny"
         if on_cpu:
-            preset, why = choose_cpu_preset(cache_root(), period_ms, SAFETY_MARGIN_MS)
+            preset, chosen_ms, why = choose_cpu_preset(cache_root(), period_ms, SAFETY_MARGIN_MS,
+                                                       period_fixed=a.period_ms is not None)
             print(f"[demo] {why}", flush=True)
             if preset is None:
                 return 1
+            if chosen_ms != period_ms:  # nothing fits the config's period: the smallest model at one it fits
+                period_ms = a.period_ms = chosen_ms
+                slow_host = True
     model, clip = ensure_assets(cache_root(), a.model, preset)
     source = a.source or str(clip)
 
@@ -195,6 +226,8 @@ def main(argv=None) -> int:
         kv_cap = CPU_KV_CAPACITY_TOKENS
     params = [f"period_ms:={period_ms}"] if a.period_ms is not None else []
     params += [f"{name}:={getattr(a, name)}" for name in CHUNK_SETTINGS if getattr(a, name) is not None]
+    if slow_host:  # a busy CPU: the guard must wake on time (README, "Threads"; refused -> one warning, normal)
+        params.append(f"realtime_priority:={SLOW_HOST_REALTIME_PRIORITY}")
     if a.instruction is not None:  # a JSON string is a YAML string: quotes and colons stay text
         params.append(f"instruction:={json.dumps(a.instruction)}")
     node_cmd, replay_cmd = bringup_commands(model, source, a.policy, a.backend, kv_cap, params=params)
