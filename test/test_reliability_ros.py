@@ -136,10 +136,11 @@ hz, seconds = float(sys.argv[1]), float(sys.argv[2])
 rclpy.init()
 n = rclpy.create_node("flood")
 pub = n.create_publisher(Image, "/image", qos_profile_sensor_data)
+from vla_edge_ros.synthetic_bag import synthetic_frame
 frames = []
-for k in range(4):
+for k in range(4):  # four different views with edges, so the camera's frame-quality checks pass them
     m = Image(height=480, width=640, encoding="rgb8", step=640 * 3)
-    m.data = np.full((480, 640, 3), 40 * k, np.uint8).tobytes()
+    m.data = synthetic_frame(10 * k, 480, 640).tobytes()
     frames.append(m)
 t_end = time.monotonic() + 20
 while pub.get_subscription_count() == 0 and time.monotonic() < t_end:
@@ -532,7 +533,8 @@ def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, micro_model, ca
 
     The window starts before the 8K publisher's participant joins: with a robot's discovery range the reasoning
     process has no shared-memory transport, so its discovery no longer stalls a publish (BENCHMARKS.md)."""
-    params = {"qos_reliability": "reliable", "realtime_priority": 10}
+    # the 8K frames are black (bytes(...)): the frame-quality checks would refuse them; this test is the transport's
+    params = {"qos_reliability": "reliable", "realtime_priority": 10, "frame_quality": False}
     if caps == "raised":
         params.update(max_image_bytes=128 * 1024 * 1024, max_image_pixels=64 * 1024 * 1024)
     node = start_vla_edge(procs, domain, tmp_path, micro_model, params, extra_env=ROBOT_DISCOVERY)

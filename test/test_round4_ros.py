@@ -234,8 +234,10 @@ def _statuses(lst):
 def test_frame_stamps_far_from_the_clock_are_sent_as_now(domain, tmp_path, procs, micro_model):
     """action_stamp frame: a camera stamping 2038 or epoch 0 gets its commands stamped now (counted); a stamp 50 ms
     old passes through."""
+    # uniform frames (the stamps are what matters here): the frame-quality checks would refuse them
     node = start_vla_edge(procs, domain, tmp_path, micro_model, {"action_stamp": "frame", "qos_reliability":
-                                                                 "reliable"}, remaps=[("image", "/camera/image_raw")])
+                                                                 "reliable", "frame_quality": False},
+                          remaps=[("image", "/camera/image_raw")])
     lst = Listener(domain)
     publish = _image_publisher(lst)
     phases = {}

@@ -12,7 +12,9 @@ and `record_published`; the ReasoningNode and `vla-edge-bench` both call that st
    in CycleStats; a chunk that missed an earlier deadline and has finished since is harvested (its
    timings feed the EMAs, its action is discarded);
 2. freshest frame: none -> fallback `no_frame`; received more than `max_frame_age_ms` before `t0`
-   -> fallback `stale_frame`; no new frame since the last submitted one -> the last model action
+   -> fallback `stale_frame`; a frame-quality check tripped on it (its verdict came with it from the camera,
+   frame_quality.py) -> fallback `frame_quality`; a frame failing a check not tripped yet is never admitted either:
+   the tick is a `repeat`; no new frame since the last submitted one -> the last model action
    again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
 3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
    optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): while
@@ -55,6 +57,7 @@ from .admission import AdmissionController, PhaseTimings, check_budget
 from .contract import NonFiniteOutput
 from .constants import ACTION_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN_MS
 from .frame_buffer import FrameBuffer
+from .frame_quality import names as quality_names, unpack_word
 from .metrics import CycleStats
 
 FALLBACK_MODES = ("zero", "hold")
@@ -64,15 +67,16 @@ FALLBACK_MODES = ("zero", "hold")
 # "inactive": the one zero action published when the caller stops (see `stop_outcome`).
 # "internal_error": the caller's last resort when the cycle itself raised (see `internal_error_outcome`).
 # "instruction_change": a new instruction is being prefilled into the pinned prompt (see `request_instruction`).
+# "frame_quality": the camera's frame-quality checks (frame_quality.py) tripped: the frame is not admitted.
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-           "internal_error", "non_finite", "inactive", "instruction_change")
+           "internal_error", "non_finite", "inactive", "instruction_change", "frame_quality")
 FALLBACK_REASONS = tuple(r for r in REASONS if r != "fresh")  # "repeat" is a fallback until a model action exists
 SOURCES = ("model", "plan", "fallback")
 # Reasons whose tick may publish the plan's action for it (action chunks, action_plan.py): the model had no fresh
 # action, but one it planned earlier is for this tick. An instruction change (the old task's plan), a stop and the
 # cycle's own failure never do; a stale or missing frame lets the plan run out and never extends it.
 PLAN_REASONS = ("repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-                "non_finite")
+                "non_finite", "frame_quality")
 ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")  # the rest of the fallbacks are warnings
 TWIST_COMPONENTS = 6
 
@@ -129,6 +133,12 @@ class CycleOutcome:
     # when plan_changed: the plan from this tick on, one action a tick (float32 [n, 8]; row 0 is this tick's action;
     # empty: the plan was discarded): what ~/action_chunk sends
     trajectory: np.ndarray | None = field(default=None, repr=False)
+    # the frame's quality (frame_quality.py): the checks it fails or that are tripped ("" when it passes or came
+    # unchecked; a failing frame is never admitted: tripped -> fallback frame_quality, else the last model action
+    # repeated), whether a check is tripped, and its block map (bytes, BLOCK_* bits a block)
+    frame_quality: str = ""
+    quality_tripped: bool = False
+    quality_blocks: bytes = b""
 
 
 HOLD_TIMEOUT_S = 0.2  # fallback hold: the last action is repeated for at most this long, then zero (a base: 0.5 s)
@@ -183,6 +193,8 @@ class ReasoningCycle:
         self.cycles = 0
         self.late_results = 0  # late chunks harvested (action discarded, timings learned)
         self.engine_errors = 0  # chunks that raised, on time or late
+        self.quality_refused = 0  # ticks whose frame had a tripped quality check (fallback frame_quality)
+        self.quality_held = 0  # ticks whose frame failed a check not tripped yet (not admitted: repeat)
         self.bad_timings = 0  # chunk timings the admission controller rejected
         self.probes = 0  # refused chunks admitted anyway to re-measure the cost (probe_after)
         self.non_finite = 0  # chunks whose forward pass overflowed (NonFiniteOutput) + actions stopped by `finalize`
@@ -301,6 +313,8 @@ class ReasoningCycle:
         out.frame_age_ms = (t0 - frame.recv_time) * 1000.0
         if out.frame_age_ms > self.max_frame_age_ms:
             return self._fallback(out, "stale_frame")
+        if frame.quality and self._quality_step(out, frame):
+            return out
         if frame.seq <= self._last_seq:
             if self._last_model is None or self.plan.enabled:  # a plan is never extended by repeating its end
                 return self._fallback(out, "repeat")
@@ -360,6 +374,29 @@ class ReasoningCycle:
         action = np.asarray(res.action, np.float32)
         self._last_model = (action, frame.stamp_ns, frame.seq)
         return self._model(out, "fresh", action)
+
+    # --- frame quality ---------------------------------------------------------------------------------------
+
+    def _quality_step(self, out: CycleOutcome, frame) -> bool:
+        """A frame that fails its quality checks is never admitted (so never retained by the cache either): a
+        tripped check -> fallback frame_quality (a plan may run out, never longer); failing but not tripped yet
+        (the hysteresis) -> the last model action again, as if no new frame had come.  True: `out` is final."""
+        tripped, failed, _ = unpack_word(frame.quality)
+        if not (tripped or failed):
+            return False
+        out.frame_quality, out.quality_tripped, out.quality_blocks = quality_names(tripped or failed), bool(tripped), \
+            frame.blocks
+        if tripped:
+            self.quality_refused += 1
+            self._fallback(out, "frame_quality")
+            return True
+        self.quality_held += 1
+        if self._last_model is None or self.plan.enabled:
+            self._fallback(out, "repeat")
+        else:
+            action, out.stamp_ns, out.source_seq = self._last_model
+            self._model(out, "repeat", action)
+        return True
 
     # --- the plan (action chunks) ---------------------------------------------------------------------------
 

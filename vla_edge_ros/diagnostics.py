@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from .cycle import ERROR_REASONS, FALLBACK_REASONS, CycleOutcome
+from .frame_quality import CHECKS as QUALITY_CHECKS, GRID, names as quality_names
 from .image_convert import DROP_KINDS
 from .instruction import summary
 
@@ -97,6 +98,8 @@ class LoopRecord:
     admission_warning: str | None = None
     instruction: dict | None = field(default=None)  # Runtime.instruction_values(), None without a tokenizer
     plan: dict = field(default_factory=dict)  # Runtime.plan_values(): K, chunk_execute, the blend, landing counts
+    quality_refused: int = 0  # ticks whose frame had a tripped quality check (fallback frame_quality)
+    quality_held: int = 0  # ticks whose frame failed a check not tripped yet (not admitted: the last action again)
 
     @property
     def overruns(self) -> int:
@@ -125,6 +128,7 @@ class LoopRecord:
             r[f"fallback_{reason}"] = self.fallbacks.get(reason, 0)
             r[f"fallback_rate_{reason}"] = r[f"fallback_{reason}"] / n
         r["repeats"] = self.repeats
+        r["quality_held_ticks"] = self.quality_held
         for name in LATENCIES:
             r.update({f"{name}_{q}": v for q, v in getattr(self, name).as_dict().items()})
         r.update({f"ema_{k}": v for k, v in self.ema.items()})
@@ -181,7 +185,8 @@ def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend
         prompt_tokens=es.get("prompt_tokens", "n/a"), policy=settings.policy, backend=backend,
         weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"),
         peak_vram_bytes=peak_vram_bytes, vram_ceiling_gb=settings.vram_ceiling_gb, period_ms=settings.period_ms,
-        admission_warning=admission_warning, instruction=instruction, plan=dict(plan or {}))
+        admission_warning=admission_warning, instruction=instruction, plan=dict(plan or {}),
+        quality_refused=getattr(cycle, "quality_refused", 0), quality_held=getattr(cycle, "quality_held", 0))
 
 
 CAMERA_PROCESS_KEYS = ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
@@ -306,6 +311,9 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
         vals["twist"] = ",".join(f"{float(x):.6f}" for x in twist)
     if out.t_command is not None:
         vals["t_command_monotonic"] = f"{out.t_command:.6f}"
+    # frame quality: the checks this frame fails ("" passes or unchecked), and whether one is tripped (frames refused)
+    vals["frame_quality"] = out.frame_quality
+    vals["frame_quality_tripped"] = out.quality_tripped
     if out.instruction is not None:  # the task this cycle ran under, and since when (monotonic s; -1: start-up)
         vals.update(instruction=summary(out.instruction), instruction_tokens=out.instruction.instruction_tokens,
                     instruction_since_monotonic=(f"{out.instruction_since:.6f}" if out.instruction_since is not None
@@ -384,3 +392,56 @@ class CameraStatus:
             msg += (f"; {new} frames over max_image_bytes={c.max_image_bytes} / "
                     f"max_image_pixels={c.max_image_pixels} dropped")
         return lvl, msg
+
+
+def block_map(blocks: bytes) -> str:
+    """A 5 x 5 block map (frame_quality BLOCK_* bits a block) as numbers: rows separated by ';' ("" when none)."""
+    if len(blocks) != GRID * GRID:
+        return ""
+    return ";".join(",".join(str(b) for b in blocks[r * GRID:(r + 1) * GRID]) for r in range(GRID))
+
+
+class QualityStatus:
+    """The camera-quality status of the roll-up (frame_quality.py): ERROR while a check is tripped or when one
+    tripped since the previous roll-up (the loop refused the camera's frames: frame_quality fallbacks; a spell
+    shorter than the roll-up's period is not missed), WARN when frames failed a check since the previous roll-up but
+    none tripped (a flicker: those frames were not admitted either), OK otherwise; the counts per check and the
+    latest frame's block map as values.  `quality`: the camera's counts (CameraProcess / CameraNode stats
+    "quality"; {}: the checks are off), `blocks`: the latest cycle's frame's block map."""
+
+    def __init__(self):
+        self._prev_failed: dict[str, int] = {}
+        self._prev_trips: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self._prev_failed, self._prev_trips = {}, {}
+
+    def level(self, quality: dict, blocks: bytes = b"", refused_ticks: int | None = None) -> tuple[str, str, dict]:
+        if not quality:
+            return "OK", "frame quality checks off (frame_quality: false)", {"quality_checks": "off"}
+        tripped = int(quality.get("tripped", 0))
+        failed = {c: int(quality.get(f"failed_{c}", 0)) for c in QUALITY_CHECKS}
+        trips = {c: int(quality.get(f"trips_{c}", 0)) for c in QUALITY_CHECKS}
+        new = {c: n - self._prev_failed.get(c, 0) for c, n in failed.items()}
+        new_trips = [c for c in QUALITY_CHECKS if trips[c] > self._prev_trips.get(c, 0)]
+        self._prev_failed, self._prev_trips = failed, trips
+        vals: dict = {"quality_checks": "on", "quality_tripped": quality_names(tripped) or "none",
+                      "quality_frames_checked": quality.get("frames", 0),
+                      "quality_frames_refused": quality.get("refused_frames", 0)}
+        for c in QUALITY_CHECKS:
+            vals[f"quality_failed_{c}"], vals[f"quality_trips_{c}"] = failed[c], int(quality.get(f"trips_{c}", 0))
+        vals["quality_block_map"] = block_map(blocks)
+        vals["quality_mean_last"], vals["quality_detail_last"] = quality.get("mean_last"), quality.get("detail_last")
+        vals["quality_check_ms_last"] = quality.get("check_ms_last")
+        if refused_ticks is not None:
+            vals["quality_ticks_refused"] = refused_ticks
+        if tripped:
+            return "ERROR", f"camera blind ({quality_names(tripped)}): its frames are not admitted", vals
+        if new_trips:
+            return "ERROR", (f"camera was blind ({', '.join(new_trips)}) in the last period, its frames not admitted; "
+                             "clear now"), vals
+        flicker = [c for c in QUALITY_CHECKS if new[c] > 0]
+        if flicker:
+            return "WARN", (f"frames failed {', '.join(f'{c} ({new[c]})' for c in flicker)} in the last period, "
+                            "not tripped (not admitted)"), vals
+        return "OK", "frames pass the checks", vals

@@ -56,7 +56,10 @@ _STATE, _PUBLISHED, _DROPPED, _DELIVERED, _PRODUCER_TIMEOUTS, _CONSUMER_TIMEOUTS
 _STAMP, _SEQ = 8, 11  # three words each, per slot
 _CTL_WORDS = 16
 _RECV_OFFSET = _CTL_WORDS * 8
-_HEADER_BYTES = 256  # control block + receive times, padded; the slots follow
+_QUALITY_OFFSET = 256  # three int64 frame-quality words (frame_quality.QualityResult.word), one a slot
+_BLOCKS_OFFSET = _QUALITY_OFFSET + 24  # three block maps of BLOCK_MAP_BYTES (frame_quality: 5 x 5 blocks)
+BLOCK_MAP_BYTES = 25
+_HEADER_BYTES = 512  # control block, receive times, quality words and block maps, padded; the slots follow
 _INITIAL_STATE = 0 | (1 << 2) | (2 << 4)  # back 0, middle 1, front 2, nothing new
 
 
@@ -81,6 +84,8 @@ class Frame:
     stamp_ns: int  # capture stamp from the message header
     seq: int  # producer sequence number (monotonic, starts at 0)
     recv_time: float  # time.monotonic() at receive (CLOCK_MONOTONIC: the same clock in every process)
+    quality: int = 0  # the camera's frame-quality word (frame_quality.unpack_word); 0: published unchecked
+    blocks: bytes = b""  # the block map that came with it (BLOCK_MAP_BYTES; empty when unchecked)
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,8 @@ class FrameBuffer:
         block = np.frombuffer(raw, np.uint8, _HEADER_BYTES + 3 * nbytes)
         self._ctl = block[:_RECV_OFFSET].view(np.int64)
         self._recv_time = block[_RECV_OFFSET:_RECV_OFFSET + 24].view(np.float64)
+        self._quality = block[_QUALITY_OFFSET:_QUALITY_OFFSET + 24].view(np.int64)
+        self._blocks = block[_BLOCKS_OFFSET:_BLOCKS_OFFSET + 3 * BLOCK_MAP_BYTES].reshape(3, BLOCK_MAP_BYTES)
         self._images = [block[_HEADER_BYTES + i * nbytes:_HEADER_BYTES + (i + 1) * nbytes].view(self.dtype)
                         .reshape(self.shape) for i in range(3)]
         if self._owner:
@@ -239,9 +246,12 @@ class FrameBuffer:
 
     # --- the protocol -----------------------------------------------------------------------------------
 
-    def publish(self, image, stamp_ns: int, recv_time: float | None = None) -> int:
+    def publish(self, image, stamp_ns: int, recv_time: float | None = None, quality: int = 0,
+                blocks: bytes | None = None) -> int:
         """Copy ``image`` in as the newest frame and return its sequence number. Never waits for the consumer
-        (beyond the index swap); -1 when the swap's lock could not be had (the frame is not handed over)."""
+        (beyond the index swap); -1 when the swap's lock could not be had (the frame is not handed over).
+        ``quality`` / ``blocks``: the camera's frame-quality verdict on this frame (``QualityResult.word()`` and
+        its block map), which travel in the same slot: the consumer gets them with exactly this frame."""
         image = np.asarray(image)
         if image.shape != self.shape or image.dtype != self.dtype:
             raise ValueError(
@@ -257,6 +267,8 @@ class FrameBuffer:
         ctl[_STAMP + back] = int(stamp_ns)
         ctl[_SEQ + back] = seq
         self._recv_time[back] = float(recv_time)
+        self._quality[back] = int(quality)
+        self._blocks[back] = np.frombuffer(blocks, np.uint8, BLOCK_MAP_BYTES) if blocks else 0
         if not self._lock.acquire(timeout=self._producer_timeout):
             ctl[_PRODUCER_TIMEOUTS] += 1
             return -1
@@ -293,8 +305,10 @@ class FrameBuffer:
             return None
         if self._front_frame is None or seq != self._front_seq:
             self._front_seq = seq
+            quality = int(self._quality[front])
             self._front_frame = Frame(image=self._views[front], stamp_ns=int(ctl[_STAMP + front]), seq=seq,
-                                      recv_time=float(self._recv_time[front]))
+                                      recv_time=float(self._recv_time[front]), quality=quality,
+                                      blocks=self._blocks[front].tobytes() if quality else b"")
         return self._front_frame
 
     def latest_if_new(self, last_seq: int) -> Frame | None:

@@ -29,6 +29,7 @@ from .constants import (ACTION_TOKENS, CAMERA_NO_FRAMES_RESTART_S, EMA_ALPHA, KV
 from .cycle import FALLBACK_MODES, HOLD_TIMEOUT_S, REPROBE_AFTER_S
 from .engine import BACKENDS
 from .eviction import POLICY_NAMES
+from .frame_quality import CHECKS as QUALITY_CHECKS, QualitySettings
 from .instruction import MAX_INSTRUCTION_CHARS, TEMPLATES
 from .kv_cache import capacity_problem
 
@@ -61,6 +62,38 @@ VELOCITY_LIMITS = [0.25, 0.25, 0.25, 0.5, 0.5, 0.5]
 NAME_CHARS = 255  # a TF frame id, a label
 RELIABILITIES = ("auto", "best_effort", "reliable")
 DEFAULT_LABELS = list(DEFAULT_DIM_NAMES)  # linear_x .. angular_z, gripper, aux (actions.py)
+
+# The camera's frame-quality checks (frame_quality.py, DESIGN.md §17), run in the camera process on every frame.
+_FQ = QualitySettings()
+FRAME_QUALITY_SPECS: tuple[Spec, ...] = (
+    Spec("frame_quality", True, "Check every frame before the model sees it (dark, blocked, over-exposed, blur, "
+         "frozen); a frame that fails is never admitted (fallback frame_quality). false: no check at all."),
+    Spec("frame_quality_checks", list(QUALITY_CHECKS), "The checks switched on, of: " + ", ".join(QUALITY_CHECKS)
+         + " (leave one out to switch it off).", max_chars=16),
+    Spec("frame_quality_dark_mean", _FQ.dark_mean, "dark: a block (of 5 x 5) whose mean gray level is under this "
+         "is dark (Autoware image_diagnostics: 10).", 0.0, 255.0),
+    Spec("frame_quality_dark_blocks", _FQ.dark_blocks, "dark: dark blocks (of 25) that make the frame dark.", 1, 25),
+    Spec("frame_quality_black_level", _FQ.black_level, "blocked: a pixel at or under this gray level is black.",
+         0, 254),
+    Spec("frame_quality_blocked_ratio", _FQ.blocked_ratio, "blocked: a block with a larger share of black pixels "
+         "is blocked (a lens cap, a hand; Autoware: 0.9).", 0.0, 1.0),
+    Spec("frame_quality_blocked_blocks", _FQ.blocked_blocks, "blocked: blocked blocks (of 25) that make the frame "
+         "blocked (8: a third of the view).", 1, 25),
+    Spec("frame_quality_overexposed_mean", _FQ.overexposed_mean, "overexposed: a block whose mean gray level is "
+         "over this is over-exposed (Autoware backlight: 230).", 0.0, 255.0),
+    Spec("frame_quality_overexposed_blocks", _FQ.overexposed_blocks, "overexposed: over-exposed blocks (of 25) that "
+         "make the frame over-exposed.", 1, 25),
+    Spec("frame_quality_blur_detail", _FQ.blur_detail, "blur: the view's edge sharpness (sum |Laplacian| / sum "
+         "|gradient| over the exposed blocks with an edge; the real clips here: 0.39-0.96) under this is blur; a view "
+         "without any edge fails too.", 0.0, 4.0),
+    Spec("frame_quality_frozen_frames", _FQ.frozen_frames, "frozen: frames in a row identical to the previous one "
+         "(bytes, or a non-zero header stamp) before a frame fails frozen (1: the first repeat).", 1, 100),
+    Spec("frame_quality_trip_frames", _FQ.trip_frames, "Hysteresis: failing frames in a row that trip a check (the "
+         "loop then publishes frame_quality fallbacks). A failing frame is never admitted, tripped or not.", 1, 100),
+    Spec("frame_quality_clear_frames", _FQ.clear_frames, "Hysteresis: passing frames in a row that clear a tripped "
+         "check.", 1, 100),
+)
+
 
 REASONING_SPECS: tuple[Spec, ...] = (
     Spec("period_ms", PERIOD_MS, "Control cycle and deadline (ms): one action is published per period.",
@@ -196,6 +229,7 @@ CAMERA_SPECS: tuple[Spec, ...] = (
     Spec("process_nice", 10, "Niceness added to the camera's own process (vla_edge runs the camera in a child "
          "process), so receiving and converting frames yields the CPU to the control loop; 0: same as vla_edge.",
          0, 19),
+    *FRAME_QUALITY_SPECS,
 )
 
 
@@ -340,6 +374,9 @@ def validate_camera(values: dict[str, Any]) -> dict[str, Any]:
     v = defaults(CAMERA_SPECS)
     v.update(values)
     problems = check_specs(v, CAMERA_SPECS)
+    bad = [c for c in v["frame_quality_checks"] if c not in QUALITY_CHECKS]
+    if bad:
+        problems.append(f"frame_quality_checks: {', '.join(map(str, bad))} not one of {', '.join(QUALITY_CHECKS)}")
     if problems:
         raise ParamError("; ".join(problems))
     return v

@@ -97,3 +97,43 @@ def make_test_bag(
     finally:
         writer.close()
     return path
+
+
+def write_degraded_bag(source, path, schedule: dict[int, str], seed: int = 0, quality: int = 90) -> Path:
+    """Copy a bag of images (any frame source: ``clips.open_clip``) into a new JPEG bag (``/camera/image_raw/
+    compressed``, the recorded stamps and frame ids), with the frames whose index is in ``schedule`` replaced by a
+    blind camera's (``frame_quality.degrade``: index -> degradation; a ``repeat`` repeats the last frame before its
+    spell).  Returns the bag's directory."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    from .clips import open_clip
+    from .frame_quality import degrade
+    from .image_convert import encode_jpeg
+
+    path = Path(path)
+    if path.exists():
+        raise ClipError(f"{path} exists: rosbag2 writers need a new directory")
+    src = open_clip(str(source)) if isinstance(source, (str, Path)) else source
+    rng = np.random.default_rng(seed)
+    ts = _typestore()
+    Header, Time = ts.types["std_msgs/msg/Header"], ts.types["builtin_interfaces/msg/Time"]
+    writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.open()
+    try:
+        conn = writer.add_connection("/camera/image_raw/compressed", COMPRESSED_T, typestore=ts)
+        last_good = None
+        for i, item in enumerate(src.items()):
+            rgb = item.rgb()
+            kind = schedule.get(i)
+            if kind is None:
+                last_good = rgb
+            else:
+                rgb = degrade(rgb, kind, rng, previous=last_good)
+            t = item.stamp_ns
+            header = Header(stamp=Time(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000), frame_id=item.frame_id)
+            msg = ts.types[COMPRESSED_T](header=header, format="jpeg",
+                                         data=np.frombuffer(encode_jpeg(rgb, quality), np.uint8).copy())
+            writer.write(conn, item.t_ns, ts.serialize_cdr(msg, COMPRESSED_T))
+    finally:
+        writer.close()
+    return path

@@ -47,7 +47,8 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image
 
 from ..frame_buffer import FrameBuffer
-from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb
+from ..frame_quality import QualityGate, QualitySettings
+from ..image_convert import ImageError, check_caps, compressed_msg_to_rgb, image_msg_to_rgb, to_model_frame
 from ..settings import CAMERA_SPECS, ParamError, validate_camera
 from .params import declare_and_read, enable_runtime_updates, parameter_overrides
 
@@ -96,6 +97,10 @@ class CameraNode(Node):
         self.sub = None
         self.topic = "image/compressed" if self.p["transport"] == "compressed" else "image"
         self.qos = self._image_qos()
+        # frame quality (frame_quality.py): checked here, once per frame, on the full-size image; the verdict
+        # travels with the frame in its FrameBuffer slot
+        self.quality = QualityGate(QualitySettings.from_values(self.p)) if self.p["frame_quality"] else None
+        self.quality_ms_last = 0.0
 
     def _image_qos(self) -> QoSProfile:
         """The subscription's QoS: the parameters, then the standard qos_overrides.<topic>.subscription.* (declared
@@ -206,8 +211,14 @@ class CameraNode(Node):
         with self._lock:
             self._stamps.append((recv, stamp))
         try:
-            rgb = convert(msg, **self._convert_caps())
-            self.fb.publish(rgb, stamp, recv)
+            if self.quality is None:
+                self.fb.publish(convert(msg, **self._convert_caps()), stamp, recv)
+            else:
+                full = convert(msg, resize=False, **self._convert_caps())
+                t_q = time.monotonic()
+                q = self.quality.update(full, stamp)
+                self.quality_ms_last = (time.monotonic() - t_q) * 1000.0
+                self.fb.publish(to_model_frame(full), stamp, recv, quality=q.word(), blocks=q.blocks)
         except ImageError as e:
             self._drop(e.kind, str(e))
             return
@@ -277,7 +288,22 @@ class CameraNode(Node):
                 "source_rate_hz": source_rate,
                 "topic_publishers": topic_publishers,
                 "reliable": self.sub is not None and self.sub_qos.reliability == ReliabilityPolicy.RELIABLE,
+                "quality": self.quality_stats(),
             }
+
+    def quality_stats(self) -> dict:
+        """The frame-quality gate's counts (frame_quality.QualityGate.counts) plus the current tripped mask and
+        the last frame's check cost; {} when frame_quality is off."""
+        g = self.quality
+        if g is None:
+            return {}
+        out = g.counts()
+        out["tripped"] = g.tripped
+        out["failed_last"] = g.last.failed if g.last is not None else 0
+        out["detail_last"] = g.last.detail if g.last is not None else float("nan")
+        out["mean_last"] = g.last.mean if g.last is not None else float("nan")
+        out["check_ms_last"] = self.quality_ms_last
+        return out
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..constants import CAMERA_NO_FRAMES_RESTART_S
 from ..frame_buffer import FrameBuffer
+from ..frame_quality import CHECKS as QUALITY_CHECKS
 from ..realtime import tighten_gil_switch
 from ..shared_block import create_block, open_block, remove_block
 from ..image_convert import DROP_KINDS
@@ -76,9 +77,15 @@ PUBLISHERS, LAST_RECV, MATCHED_SINCE, SUBSCRIBED_AT = 11, 12, 13, 14  # matched 
 KIND0 = 16  # one word per DROP_KINDS entry
 SOURCE_RATE, TOPIC_PUBLISHERS, RELIABLE = KIND0 + len(DROP_KINDS), KIND0 + len(DROP_KINDS) + 1, \
     KIND0 + len(DROP_KINDS) + 2  # the publisher's rate (header stamps), publishers on the topic (graph), QoS
-STATS_WORDS = RELIABLE + 1
-COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, STATS_WORDS))  # cumulative over restarts
-STATS_BYTES = 8 * 32
+# frame quality (frame_quality.py): 0/1 whether the child checks frames, then its counts, tripped mask, last values
+Q_ON = RELIABLE + 1
+Q_FRAMES, Q_REFUSED, Q_TRIPPED, Q_FAILED_LAST, Q_DETAIL, Q_MEAN, Q_MS = range(Q_ON + 1, Q_ON + 8)
+Q_FAILED0 = Q_ON + 8  # one word per QUALITY_CHECKS entry: frames that failed the check
+Q_TRIPS0 = Q_FAILED0 + len(QUALITY_CHECKS)  # one word per check: trips
+STATS_WORDS = Q_TRIPS0 + len(QUALITY_CHECKS)
+COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, RELIABLE + 1), Q_FRAMES, Q_REFUSED,
+          *range(Q_FAILED0, STATS_WORDS))  # cumulative over restarts
+STATS_BYTES = 8 * 64
 
 
 class CameraProcess:
@@ -327,7 +334,19 @@ class CameraProcess:
             "qos_reliability": ("reliable" if s[RELIABLE] else "best_effort") if s[SUBSCRIBED] else "",
             "last_frame_age_s": (now - float(s[LAST_RECV])) if alive and s[LAST_RECV] > 0 else float("nan"),
             "heartbeat_age_s": (now - beat) if beat > 0 else float("nan"),
+            "quality": _quality_stats(s) if s[Q_ON] else {},
         }
+
+
+def _quality_stats(s: np.ndarray) -> dict:
+    """The child's frame-quality counts (the keys of CameraNode.quality_stats)."""
+    out = {"frames": int(s[Q_FRAMES]), "refused_frames": int(s[Q_REFUSED]), "tripped": int(s[Q_TRIPPED]),
+           "failed_last": int(s[Q_FAILED_LAST]), "detail_last": float(s[Q_DETAIL]), "mean_last": float(s[Q_MEAN]),
+           "check_ms_last": float(s[Q_MS])}
+    for i, c in enumerate(QUALITY_CHECKS):
+        out[f"failed_{c}"] = int(s[Q_FAILED0 + i])
+        out[f"trips_{c}"] = int(s[Q_TRIPS0 + i])
+    return out
 
 
 def _one_line(e: BaseException) -> str:
@@ -439,6 +458,14 @@ def _write_stats(s: np.ndarray, node) -> None:
         s[KIND0 + i] = st["invalid_by_kind"].get(kind, 0)
     s[LAST_RECV] = st["last_recv_time"]
     s[SOURCE_RATE], s[TOPIC_PUBLISHERS], s[RELIABLE] = st["source_rate_hz"], st["topic_publishers"], st["reliable"]
+    q = st.get("quality") or {}
+    s[Q_ON] = 1.0 if q else 0.0
+    if q:
+        s[Q_FRAMES], s[Q_REFUSED], s[Q_TRIPPED] = q["frames"], q["refused_frames"], q["tripped"]
+        s[Q_FAILED_LAST], s[Q_DETAIL], s[Q_MEAN], s[Q_MS] = q["failed_last"], q["detail_last"], q["mean_last"], \
+            q["check_ms_last"]
+        for i, c in enumerate(QUALITY_CHECKS):
+            s[Q_FAILED0 + i], s[Q_TRIPS0 + i] = q[f"failed_{c}"], q[f"trips_{c}"]
     if node.sub is not None:
         matched = node.sub.get_publisher_count()
         if matched and not s[PUBLISHERS]:

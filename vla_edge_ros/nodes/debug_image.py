@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 
 from ..constants import FRAME_H, FRAME_W
+from ..frame_quality import BLOCK_BLOCKED, BLOCK_DARK, BLOCK_FLAT, BLOCK_OVEREXPOSED, GRID
 
 
 # 256 x 224 pixels, ~170 KB a message: the reasoning process sends it over UDP (no shared memory, nodes/bringup.py),
@@ -20,8 +21,12 @@ DEBUG_SCALE = 2
 
 
 def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: np.ndarray, low: float, high: float,
-                 label: str = "", names: list[str] | None = None, scale: int = DEBUG_SCALE) -> np.ndarray:
+                 label: str = "", names: list[str] | None = None, scale: int = DEBUG_SCALE,
+                 blocks: bytes = b"") -> np.ndarray:
     """The ~/debug_image picture (RGB uint8): the frame (x scale), the retained-frame strip, the action bar.
+
+    ``blocks``: the frame's quality block map (frame_quality.py, 5 x 5, BLOCK_* bits): each failed block is
+    outlined (blue dark, magenta blocked, yellow over-exposed, cyan no edge).
 
     ``retained`` are small thumbnails (oldest -> newest) of the frames the KV cache keeps; the newest
     ones that fit the width are drawn.  The action bar draws every dimension from the zero line,
@@ -31,6 +36,7 @@ def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: n
     top = np.zeros((FRAME_H * scale, W, 3), np.uint8)
     if frame is not None:
         top = cv2.resize(np.ascontiguousarray(frame), (W, FRAME_H * scale), interpolation=cv2.INTER_NEAREST)
+    draw_blocks(top, blocks)
     th_h, th_w = FRAME_H // 2, FRAME_W // 2
     strip = np.full((th_h + 4, W, 3), 30, np.uint8)
     n_fit = max(1, W // (th_w + 2))
@@ -59,6 +65,25 @@ def render_debug(frame: np.ndarray | None, retained: list[np.ndarray], action: n
     if label:
         cv2.putText(top, label, (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 0), 1)
     return np.ascontiguousarray(np.vstack([top, strip, bar]))
+
+
+BLOCK_COLOURS = ((BLOCK_BLOCKED, (255, 0, 255)), (BLOCK_DARK, (60, 60, 255)), (BLOCK_OVEREXPOSED, (255, 255, 0)),
+                 (BLOCK_FLAT, (0, 255, 255)))  # the first bit a block has decides its colour
+
+
+def draw_blocks(img: np.ndarray, blocks: bytes) -> None:
+    """Outline the failed blocks of a 5 x 5 block map on ``img`` (in place)."""
+    if len(blocks) != GRID * GRID:
+        return
+    h, w = img.shape[:2]
+    for k, bits in enumerate(blocks):
+        colour = next((c for bit, c in BLOCK_COLOURS if bits & bit), None)
+        if colour is None:
+            continue
+        r, c = divmod(k, GRID)
+        y0, y1 = r * h // GRID, (r + 1) * h // GRID - 1
+        x0, x1 = c * w // GRID, (c + 1) * w // GRID - 1
+        cv2.rectangle(img, (x0 + 1, y0 + 1), (x1 - 1, y1 - 1), colour, 2)
 
 
 class DebugImageOutput:
@@ -96,7 +121,9 @@ class DebugImageOutput:
             latest = n.fb.latest()
             frame = None if latest is None else latest.image
         rgb = render_debug(frame, [self.thumbs[f] for f in sorted(self.thumbs)], np.asarray(out.action),
-                           n.p.action_low, n.p.action_high, f"{out.source}:{out.reason}", n.p.action_labels)
+                           n.p.action_low, n.p.action_high, f"{out.source}:{out.reason}"
+                           + (f" {out.frame_quality}" if out.frame_quality else ""), n.p.action_labels,
+                           blocks=out.quality_blocks)
         msg = self._image()
         msg.header.stamp = n.get_clock().now().to_msg()
         msg.header.frame_id = "vla_edge_debug"

@@ -13,7 +13,7 @@ import os
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-from ..diagnostics import CameraRecord, CameraStatus, LoopRecord, Rollup
+from ..diagnostics import CameraRecord, CameraStatus, LoopRecord, QualityStatus, Rollup
 
 LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR}
 
@@ -30,10 +30,16 @@ class DiagnosticsOutput:
     def __init__(self, node):
         self.node = node
         self.pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.rollup, self.camera_status = Rollup(), CameraStatus()
+        self.rollup, self.camera_status, self.quality_status = Rollup(), CameraStatus(), QualityStatus()
+        self.quality_blocks_last = b""  # the latest cycle's frame's block map (frame_quality)
         self.action_publishers = 0  # publishers on ~/action's topic, this one included (graph, 1 Hz)
         self._duplicate_logged = False
         self.frame_age_last: float | None = None  # the latest cycle's frame age (ms)
+
+    def after_cycle(self, out) -> None:
+        """What the roll-up keeps of the latest cycle (the node calls it after each)."""
+        self.frame_age_last = out.frame_age_ms
+        self.quality_blocks_last = out.quality_blocks
 
     def records(self) -> tuple[dict, LoopRecord | None, CameraRecord]:
         """(reasoning key-values, the loop's record or None while unconfigured, the camera's record)."""
@@ -109,6 +115,10 @@ class DiagnosticsOutput:
             if duplicate:  # whatever else is going on: two nodes command one base
                 lvl, msg = "ERROR", duplicate + "; " + msg
             clvl, cmsg = self.camera_status.level(cam)
+            cstats = n.camera.stats() if n.camera is not None else {}
+            qlvl, qmsg, qvals = self.quality_status.level(
+                cstats.get("quality", {}), self.quality_blocks_last,
+                n.runtime.cycle.quality_refused if n.runtime is not None else None)
         except Exception as e:  # noqa: BLE001
             n.get_logger().error(f"diagnostics failed: {e}", throttle_duration_sec=10.0)
             return
@@ -119,5 +129,7 @@ class DiagnosticsOutput:
                              hardware_id=n.backend_name, values=key_values(r)),
             DiagnosticStatus(level=LEVELS[clvl], name=f"{n.status_prefix}: camera", message=cmsg,
                              hardware_id="camera", values=key_values(cam.values())),
+            DiagnosticStatus(level=LEVELS[qlvl], name=f"{n.status_prefix}: camera quality", message=qmsg,
+                             hardware_id="camera", values=key_values(qvals)),
         ]
         self.pub.publish(arr)

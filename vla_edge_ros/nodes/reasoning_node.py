@@ -355,7 +355,7 @@ class ReasoningNode(LifecycleNode):
                               hardware_id=self.backend_name, message=f"{out.source}: {out.reason}")
         st.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v))) for k, v in vals.items()]
         self.pub_cycle.publish(st)
-        self.diagnostics.frame_age_last = out.frame_age_ms
+        self.diagnostics.after_cycle(out)
         self.debug_image.after_cycle(out)
 
     def _latest_stamp(self) -> int | None:
