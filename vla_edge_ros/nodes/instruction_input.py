@@ -7,12 +7,13 @@ bytes, decoded strictly here (`instruction.string_from_cdr` + `clean`), so a mes
 warning rather than text full of U+FFFD. The checks, the tokenizing and the change itself are the core's
 (`Runtime.set_instruction`); this only translates messages and logs one line per refusal.
 
-A message is rendered off the control thread: the latest one waiting (older ones are dropped unrendered) goes to
-the `vla-instruction` thread, which renders it (`Runtime.check_instruction`: the chat template within its budget,
-remembered by the PromptBuilder) and hands it back through a guard condition; the change itself is then made on
-the node's executor thread (`Runtime.set_instruction`, which finds the render done), so it never races a tick. The
-`instruction` parameter's check must answer the setter at once, so it renders on the executor thread, within the
-render budget (below one period).
+A message is rendered off the control thread: the latest one waiting (older ones are dropped unrendered) goes to the
+`vla-instruction` thread, at most one a period (a flood costs one render and one change a tick), which renders it
+(`Runtime.check_instruction`: the chat template within its budget, remembered by the PromptBuilder) and hands it
+back through a guard condition; the change itself is then made on the node's executor thread
+(`Runtime.set_instruction`, which finds the render done), so it never races a tick. The `instruction` parameter's
+check must answer the setter at once, so it renders on the executor thread, within the render budget (below one
+period).
 """
 from __future__ import annotations
 
@@ -95,13 +96,20 @@ class InstructionInput:
         from ..realtime import normal_scheduling
 
         normal_scheduling()  # created by the node's constructor; never real-time whoever that was
+        last = -1e9
         while True:
             with self._cv:
                 while self._waiting is None and not self._closed:
                     self._cv.wait()
+                # at most one render a period: a flood costs the loop one render and one change a tick, whatever
+                # the rate (at most one change is applied per instruction_min_interval_cycles anyway); what arrives
+                # meanwhile replaces the waiting message unrendered
+                while not self._closed and time.monotonic() < last + self._gap_s():
+                    self._cv.wait(timeout=max(0.0, last + self._gap_s() - time.monotonic()))
                 if self._closed:
                     return
                 item, self._waiting = self._waiting, None
+                last = time.monotonic()
             rt = self.runtime()
             if rt is None:
                 continue
@@ -117,6 +125,14 @@ class InstructionInput:
                     self._guard.trigger()
                 except Exception:  # noqa: BLE001 - the node is being destroyed (shutdown): nothing to apply
                     return
+
+    def _gap_s(self) -> float:
+        """The least time between two renders: one period of the running loop."""
+        rt = self.runtime()
+        try:
+            return float(rt.settings.period_ms) / 1000.0 if rt is not None else 0.0
+        except (AttributeError, TypeError, ValueError):
+            return 0.033
 
     def close(self) -> None:
         """End the rendering thread (a message still waiting is dropped)."""
