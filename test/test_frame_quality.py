@@ -193,9 +193,13 @@ def test_the_verdict_travels_in_the_frames_slot(shared):
         producer.publish(img, 4, quality=r.word(), blocks=r.blocks)
         f = fb.latest()
         assert fq.unpack_word(f.quality) == (2, 2, True) and f.blocks == r.blocks
-        producer.publish(img, 5)
-        f = fb.latest()
-        assert (f.quality, f.blocks) == (0, b"")
+        for k in range(3):  # every slot once checked: an unchecked frame never inherits a slot's previous verdict
+            producer.publish(img, 10 + k, quality=r.word(), blocks=r.blocks)
+            fb.latest()
+        for k in range(3):
+            producer.publish(img, 20 + k)
+            f = fb.latest()
+            assert (f.stamp_ns, f.quality, f.blocks) == (20 + k, 0, b"")
     finally:
         fb.close()
 
