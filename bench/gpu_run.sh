@@ -17,6 +17,8 @@
 #          SMS=8 SMS_KINDS="awq-parallel awq-parallel-k8" STEPS="bench sms"
 #   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16); T15B_K selects (pytest -k, e.g.
 #          parallel)                                                                       -> $OUT/tests_15b.xml
+#   diag   dev/fidelity/w4_weight_rounding.py on PRESET's awq-parallel: the golden model with exact / old-GEMM-rounded /
+#          scale-rounded 4-bit weights and the CUDA engine (this tree; the base tree's too when BASE exists)
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
 #                                                                                          -> $OUT/cb_<kind>.json
 #   sms    chunk_bench confined to SMS (default "8 16") SMs by a green context, kinds in SMS_KINDS
@@ -45,15 +47,25 @@ for step in ${STEPS:-tests models bench peers}; do
     say "$PRESET full-depth tests"
     tag=$(echo "$PRESET" | sed 's/qwen2.5-//; s/\.//'); up=$(echo "$tag" | tr a-z A-Z)
     env VLA_EDGE_${up}_DIR_BF16=$M/bf16 VLA_EDGE_${up}_DIR_AWQ=$M/awq VLA_EDGE_${up}_DIR_BF16_PARALLEL=$M/bf16-parallel \
-    VLA_EDGE_${up}_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
+    VLA_EDGE_${up}_DIR_AWQ_PARALLEL=$M/awq-parallel VLA_EDGE_${up}_DIR_AWQ_PARALLEL_K8=$M/awq-parallel-k8 $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
       -m slow -k "qwen$tag" --junitxml="$OUT/tests_$tag.xml" 2>&1 | grep -E "0.5B|1.5B|passed|failed|Error|assert" \
       | tail -n 12 ;;
   t15b)
     say "1.5B tests"
     VLA_EDGE_15B_DIR_BF16=$M/bf16 VLA_EDGE_15B_DIR_AWQ=$M/awq VLA_EDGE_15B_DIR_BF16_PARALLEL=$M/bf16-parallel \
-    VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
+    VLA_EDGE_15B_DIR_AWQ_PARALLEL=$M/awq-parallel VLA_EDGE_15B_DIR_AWQ_PARALLEL_K8=$M/awq-parallel-k8 $PY -m pytest -q -s -p no:cacheprovider test/test_cuda_engine.py \
       -m slow ${T15B_K:+-k "$T15B_K"} --junitxml="$OUT/tests_15b.xml" 2>&1 | grep -E "1.5B|passed|failed|Error|assert" \
       | tail -n 12 ;;
+  diag)
+    say "4-bit weight rounding vs the golden model ($PRESET awq-parallel; dev/fidelity/w4_weight_rounding.py)"
+    timeout 300 $PY dev/fidelity/w4_weight_rounding.py --model "$M/awq-parallel" 2>&1 | grep -E "RESULT|LAYERS|Error"
+    if [ -d "${BASE:-.device/base}" ]; then
+      say "the same, CUDA of the base tree ${BASE:-.device/base}"
+      cp dev/fidelity/w4_weight_rounding.py "${BASE:-.device/base}/dev/fidelity/"
+      (cd "${BASE:-.device/base}" && timeout 300 $PY dev/fidelity/w4_weight_rounding.py --model "$M/awq-parallel" \
+        --cuda-only 2>&1 \
+        | grep -E "RESULT cuda|Error")
+    fi ;;
   bench)
     for k in $KINDS; do
       say "chunk_bench $k"

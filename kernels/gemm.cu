@@ -18,13 +18,15 @@
 // few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A operand** (16 W
 // rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to 48) and each
 // dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i + 4 of a
-// word become one bf16 pair with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: bf16 of 128 + n), one
-// bf16x2 subtraction of 128 + z (exact) and one bf16x2 multiplication by the group scale (rounded once to bf16:
-// the tensor cores take bf16 weights; the twin rounds the same way). No fp32 scale pass and no second set of
-// accumulators, so a warp needs ~100 registers and an SM holds 4 blocks of 4 warps (4 warps a scheduler).
+// word become one bf16 pair with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: bf16 of 128 + n) and
+// one bf16x2 subtraction of 128 + z: q - z, an exact integer. The tensor cores multiply those; the group scale is
+// applied in fp32 to each W tile's partial sums once a 64-wide chunk (one FMA an accumulator), so the weights are the
+// file's exactly, as in the GEMV and the NumPy twin (ops.linear on QuantTensor.dequantize()). Multiplying the scale
+// into bf16 weights instead (one rounding, 2^-9) cost the 1.5B full-depth chunk 4.0e-2 of its largest logit against
+// the golden model, past the 3e-2 bound (issue 41; BENCHMARKS.md, "The 4-bit GEMM's weights").
 // The k order inside a chunk follows the nibbles: lane t takes elements 16t..16t+15 as 8 pairs (e, e + 4) of each
-// group of 8; the X words (adjacent bf16 pairs) are regrouped to match with one byte permute each, once per k-step
-// for all the warp's W tiles.
+// group of 8; the X words (adjacent bf16 pairs) are regrouped to match with one byte permute each, per k-step and W
+// tile.
 #include "common.cuh"
 
 // Per-format shape (cuda/launch.py GEMM_CFG mirrors these; dev/cuda/gemm_micro.py sweeps them with -D):
@@ -320,20 +322,16 @@ __device__ __forceinline__ void w4_load_stage(uint4* st, const bf16_t* __restric
     }
 }
 
-// (q - z) * s as a bf16 pair for nibbles i, i + 4 of w (i = sh / 4): zz = bf16x2(128 + z), sc = bf16x2(s).
-__device__ __forceinline__ unsigned w4_deq(unsigned w, int sh, unsigned zz, unsigned sc) {
+// q - z as a bf16 pair for nibbles i, i + 4 of w (i = sh / 4), exact (an integer in -15..15): zz = bf16x2(128 + z).
+__device__ __forceinline__ unsigned w4_deq(unsigned w, int sh, unsigned zz) {
     const unsigned t = ((w >> sh) & 0x000F000Fu) | 0x43004300u;
-    const __nv_bfloat162 d = __hmul2(__hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz),
-                                     *(const __nv_bfloat162*)&sc);
+    const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
     return *(const unsigned*)&d;
 }
 
-// The group scale as bf16 bits (fp16 scales rounded to nearest even once; the twin rounds the same way).
-__device__ __forceinline__ unsigned w4_scale_bf16(unsigned sz, int sbf) {
-    return sbf ? (sz & 0xffffu) : (unsigned)f2bf(__half2float(__ushort_as_half((unsigned short)(sz & 0xffffu))));
-}
-
-// acc[i][j] += W tile i . X tile j over the chunk in stage st (warp `warp`, lane (g, t)).
+// acc[i][j] += s_i * (Q_i - z_i) . X tile j over the chunk in stage st (warp `warp`, lane (g, t)). A chunk lies in
+// one scale group (64 of 128), so W tile i's MMAs go into part[TT][4] and are folded into acc with its two rows'
+// scales in fp32: the tensor cores multiply the exact integers, and only one tile's partial sums are live at a time.
 template <int TT>
 __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::NW][TT][4], int sbf, int warp,
                                              int lane) {
@@ -341,47 +339,51 @@ __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::N
     const int g = lane >> 2, t = lane & 3;
     const uint2* ws = (const uint2*)(st + TT * 64);
     const unsigned* ss = (const unsigned*)(st + TT * 64 + 2 * W4::NB);
-    uint2 wq[NW][2];
-    unsigned zz[NW][2], sc[NW][2];
 #pragma unroll
-    for (int i = 0; i < NW; ++i)
+    for (int i = 0; i < NW; ++i) {
+        uint2 wq[2];
+        unsigned zz[2];
+        float sc[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // rows g (h 0) and g + 8 (h 1) of tile i
             const int l = warp * 16 * NW + i * 16 + g + 8 * h;
-            wq[i][h] = ws[l * 4 + t];  // the lane's 16 nibbles of row l: elements 16t..16t+15 of the chunk
+            wq[h] = ws[l * 4 + t];  // the lane's 16 nibbles of row l: elements 16t..16t+15 of the chunk
             const unsigned sz = ss[l];
-            const unsigned z128 = 0x4300u | ((sz >> 16) & 15u), s16 = w4_scale_bf16(sz, sbf);
-            zz[i][h] = z128 | (z128 << 16);
-            sc[i][h] = s16 | (s16 << 16);
+            const unsigned z128 = 0x4300u | ((sz >> 16) & 15u);
+            zz[h] = z128 | (z128 << 16);
+            sc[h] = w4_scale(sz, sbf);
         }
+        float part[TT][4];
 #pragma unroll
-    for (int hk = 0; hk < 2; ++hk) {  // elements 16t + 8hk .. + 7: word hk of each row's uint2
-        uint4 xv[TT];
+        for (int j = 0; j < TT; ++j)
 #pragma unroll
-        for (int j = 0; j < TT; ++j) {
-            const int row = 8 * j + g;  // row & 7 == g
-            xv[j] = st[row * 8 + ((2 * t + hk) ^ g)];
-        }
+            for (int e = 0; e < 4; ++e) part[j][e] = 0.f;
 #pragma unroll
-        for (int s2 = 0; s2 < 2; ++s2) {  // k-step: pairs (2 s2, 2 s2 + 4) and (2 s2 + 1, 2 s2 + 5) of the group
-            unsigned b[TT][2];
+        for (int hk = 0; hk < 2; ++hk) {  // elements 16t + 8hk .. + 7: word hk of each row's uint2
+            uint4 xv[TT];
 #pragma unroll
             for (int j = 0; j < TT; ++j) {
-                const unsigned x = s2 ? xv[j].y : xv[j].x, y = s2 ? xv[j].w : xv[j].z;
-                b[j][0] = __byte_perm(x, y, 0x5410);  // elements (2 s2, 2 s2 + 4)
-                b[j][1] = __byte_perm(x, y, 0x7632);  // elements (2 s2 + 1, 2 s2 + 5)
+                const int row = 8 * j + g;  // row & 7 == g
+                xv[j] = st[row * 8 + ((2 * t + hk) ^ g)];
             }
-            const int sh = 8 * s2;
+            const unsigned w0 = hk ? wq[0].y : wq[0].x, w1 = hk ? wq[1].y : wq[1].x;
 #pragma unroll
-            for (int i = 0; i < NW; ++i) {
-                const unsigned w0 = hk ? wq[i][0].y : wq[i][0].x, w1 = hk ? wq[i][1].y : wq[i][1].x;
-                const unsigned a0 = w4_deq(w0, sh, zz[i][0], sc[i][0]), a1 = w4_deq(w1, sh, zz[i][1], sc[i][1]);
-                const unsigned a2 = w4_deq(w0, sh + 4, zz[i][0], sc[i][0]);
-                const unsigned a3 = w4_deq(w1, sh + 4, zz[i][1], sc[i][1]);
+            for (int s2 = 0; s2 < 2; ++s2) {  // k-step: pairs (2 s2, 2 s2 + 4) and (2 s2 + 1, 2 s2 + 5) of the group
+                const int sh = 8 * s2;
+                const unsigned a0 = w4_deq(w0, sh, zz[0]), a1 = w4_deq(w1, sh, zz[1]);
+                const unsigned a2 = w4_deq(w0, sh + 4, zz[0]), a3 = w4_deq(w1, sh + 4, zz[1]);
 #pragma unroll
-                for (int j = 0; j < TT; ++j) mma_bf16_16816(acc[i][j], a0, a1, a2, a3, b[j][0], b[j][1]);
+                for (int j = 0; j < TT; ++j) {
+                    const unsigned x = s2 ? xv[j].y : xv[j].x, y = s2 ? xv[j].w : xv[j].z;
+                    mma_bf16_16816(part[j], a0, a1, a2, a3, __byte_perm(x, y, 0x5410),   // elements (2 s2, 2 s2 + 4)
+                                   __byte_perm(x, y, 0x7632));                           // (2 s2 + 1, 2 s2 + 5)
+                }
             }
         }
+#pragma unroll
+        for (int j = 0; j < TT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = fmaf(part[j][e], sc[e >> 1], acc[i][j][e]);
     }
 }
 

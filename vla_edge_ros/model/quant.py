@@ -66,12 +66,6 @@ class QuantTensor:
         w = (q - self.zeros.astype(np.float32)[:, :, None]) * s[:, :, None]
         return w.reshape(out, n_in)
 
-    def dequantize_bf16(self) -> np.ndarray:
-        """float32 [out, in] holding the weights as the 4-bit prefill GEMM (kernels/gemm.cu) multiplies them on the
-        tensor cores: (q - z) times the scale rounded to bf16, the product rounded once to bf16."""
-        s = bf16_to_f32(f32_to_bf16(np.asarray(self.scales, np.float32)))
-        return bf16_to_f32(f32_to_bf16(self.dequantize(s)))
-
 
 def as_f32(x) -> np.ndarray:
     """A weight as float32: QuantTensor dequantized, bf16 bits (uint16) widened, float32 passed through."""
