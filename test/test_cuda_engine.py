@@ -47,10 +47,9 @@ MAX_REL_DELTA = 2e-2
 # the full-depth chunks (24 / 28 layers at 4096 slots) add up more rounding: measured 1.56e-2 at 0.5B (bf16-parallel,
 # H200, 2026-12-01); the 1.5B was not re-measured against this bound
 FULL_DEPTH_MAX_REL_DELTA = 3e-2
-# Not widened for 4-bit weights (issue 41 asks for the cause first): measured per row on the H200 (2026-12-03, issue
-# 37's calls) 0.5B awq-parallel 2.46e-2 (median 1.84e-2), with 8 actions 3.63e-2 over 64 rows (median 2.02e-2); 1.5B
-# awq-parallel 4.03e-2 (median 3.13e-2), with 8 actions 4.52e-2 (median 3.12e-2); bf16 1.41e-2 / 1.67e-2. So the
-# 4-bit full-depth tests of the 1.5B (and the K = 8 ones) fail this bound until issue 41's error is found.
+# Not widened for 4-bit weights (issue 41): the 4-bit GEMM that multiplied bf16-rounded scaled weights measured 1.5B
+# awq-parallel 4.03e-2, with 8 actions 4.52e-2 (H200, 2026-12-03); with the exact weights 2.75e-2 / 2.87e-2, and the
+# golden model itself with the old rounding 2.84e-2 from its exact self (dev/fidelity/w4_weight_rounding.py).
 
 
 def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA, conditioned=None):
