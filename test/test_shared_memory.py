@@ -122,8 +122,8 @@ print("RESULT " + json.dumps(out))
 
 
 def test_too_little_room_at_start_up_is_one_clear_error_not_sigbus(tmp_path):
-    """64 KB of tmpfs for a 74 KB frame buffer: the first write to the block used to be a SIGBUS (exit 135, no
-    message); now the constructor raises SharedBlockError with one line, and leaves no file."""
+    """64 KB of tmpfs for a 75 KB frame buffer (its slot headers hold the frame-quality verdict): the first write to
+    the block used to be a SIGBUS (exit 135, no message); now the constructor raises SharedBlockError with one line, and leaves no file."""
     script = tmp_path / "too_little_room.py"
     script.write_text(TOO_LITTLE_ROOM)
     small = tmp_path / "small"
@@ -131,9 +131,9 @@ def test_too_little_room_at_start_up_is_one_clear_error_not_sigbus(tmp_path):
     r = in_small_shm(script, 64, {"SMALL": str(small)}, mounts=f"mount -t tmpfs -o size=32k tmpfs {small} &&")
     assert r.returncode == 0, f"exit {r.returncode} (-7 = SIGBUS)\n{r.stdout}\n{r.stderr}"
     res = results(r.stdout)
-    assert re.fullmatch(r"no room in /dev/shm for a 74 KB frame buffer \((\d+) KB free\): free space or set "
+    assert re.fullmatch(r"no room in /dev/shm for a 75 KB frame buffer \((\d+) KB free\): free space or set "
                         "VLA_EDGE_SHM_DIR", res["dev_shm"]), res
-    assert re.fullmatch(re.escape(f"no room in {small} for a 74 KB frame buffer (") + r"\d+" + re.escape(
+    assert re.fullmatch(re.escape(f"no room in {small} for a 75 KB frame buffer (") + r"\d+" + re.escape(
         " KB free): free space there or set VLA_EDGE_SHM_DIR to a directory with room"), res["configured"]), res
     assert res["dev_shm_files"] == [] and res["configured_files"] == [], res
 
