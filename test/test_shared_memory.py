@@ -123,7 +123,8 @@ print("RESULT " + json.dumps(out))
 
 def test_too_little_room_at_start_up_is_one_clear_error_not_sigbus(tmp_path):
     """64 KB of tmpfs for a 75 KB frame buffer (its slot headers hold the frame-quality verdict): the first write to
-    the block used to be a SIGBUS (exit 135, no message); now the constructor raises SharedBlockError with one line, and leaves no file."""
+    the block used to be a SIGBUS (exit 135, no message); now the constructor raises SharedBlockError with one line,
+    and leaves no file."""
     script = tmp_path / "too_little_room.py"
     script.write_text(TOO_LITTLE_ROOM)
     small = tmp_path / "small"
