@@ -254,9 +254,10 @@ class Runtime:
         self.cycle.request_instruction(instr)
         return instr
 
-    def note_refusal(self, source: str, e: Exception) -> None:
-        """Count a refused instruction (also one refused before set_instruction, e.g. a malformed message)."""
-        self.instruction_refused += 1
+    def note_refusal(self, source: str, e: Exception, count: int = 1) -> None:
+        """Count `count` refused instructions, `e` the last (also ones refused before set_instruction: a malformed
+        or oversized message)."""
+        self.instruction_refused += count
         self.instruction_last_refusal = f"{source}: {e}"
 
     def instruction_values(self) -> dict:

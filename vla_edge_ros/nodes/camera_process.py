@@ -37,6 +37,10 @@ milliseconds a frame; now the reasoning process only ever takes a frame out of t
   pending-restart state is cleared the moment a child has started, before anything is logged; and logging never
   raises (``_log``: a log call that fails is written to stderr instead), so no step of a restart can leave a
   second child running.
+* ``instruction_mailbox`` (``instruction_mailbox.py``, after the stats words in the same block): the child also
+  takes the reasoning node's ``~/instruction`` topic, once the reasoning process has named it there, checks each
+  message's size and CDR and leaves the latest text or refusal in the mailbox. rclpy's take copies a whole message
+  under the interpreter lock, so a 10 MB message taken in the reasoning process held its control thread ~20 ms.
 * ``stop()`` asks the child to exit, then terminates / kills it, and removes the shared blocks.
 
 The child never outlives the reasoning process (``PR_SET_PDEATHSIG`` plus a parent-pid check), ignores
@@ -60,6 +64,7 @@ from ..frame_quality import CHECKS as QUALITY_CHECKS
 from ..realtime import tighten_gil_switch
 from ..shared_block import create_block, open_block, remove_block
 from ..image_convert import DROP_KINDS
+from ..instruction_mailbox import MAILBOX_BYTES, InstructionMailbox
 
 STATS_PREFIX = "vla_edge_camera_"
 READY_TIMEOUT_S = 60.0  # the child imports rclpy, builds its node and reports (seconds on a loaded 2-core box)
@@ -86,6 +91,7 @@ STATS_WORDS = Q_TRIPS0 + len(QUALITY_CHECKS)
 COUNTS = (RECEIVED, VALID, INVALID, *range(KIND0, RELIABLE + 1), Q_FRAMES, Q_REFUSED,
           *range(Q_FAILED0, STATS_WORDS))  # cumulative over restarts
 STATS_BYTES = 8 * 64
+BLOCK_BYTES = STATS_BYTES + MAILBOX_BYTES  # the stats words, then the ~/instruction mailbox (instruction_mailbox.py)
 
 
 class CameraProcess:
@@ -104,8 +110,10 @@ class CameraProcess:
         self.log = log or (lambda level, msg: print(f"vla_edge: {msg}", file=sys.stderr, flush=True))
         self._no_frames_arg = no_frames_restart_s
         self.no_frames_restart_s = NO_FRAMES_RESTART_S if no_frames_restart_s is None else float(no_frames_restart_s)
-        self._stats_path, self._stats_map = create_block(STATS_PREFIX, STATS_BYTES, "camera stats block")
+        self._stats_path, self._stats_map = create_block(STATS_PREFIX, BLOCK_BYTES, "camera stats block")
         self._stats = np.frombuffer(self._stats_map, np.float64, STATS_BYTES // 8)
+        # ~/instruction, taken in the child (a big message's take must not hold this process's interpreter)
+        self.instruction_mailbox = InstructionMailbox(self._stats_map, STATS_BYTES)
         self._ctx = multiprocessing.get_context("spawn")
         self._target = child_target or child_main  # tests give a stand-in child body (faults at each step)
         self.hang_s, self.ready_timeout_s, self.restart_interval_s = HANG_S, READY_TIMEOUT_S, RESTART_INTERVAL_S
@@ -403,11 +411,13 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
     from rclpy.signals import SignalHandlerOptions
 
     from .camera_node import CameraNode
+    from .instruction_input import relay_subscription
     from ..settings import ParamError
     from .params import declared_names, undeclared_overrides
 
-    stats_map = open_block(stats_path, STATS_BYTES)
+    stats_map = open_block(stats_path, BLOCK_BYTES)
     s = np.frombuffer(stats_map, np.float64, STATS_BYTES // 8)
+    mailbox = InstructionMailbox(stats_map, STATS_BYTES)
     fb = FrameBuffer.attach(fb_handle)
     try:
         rclpy.init(args=ros_args, signal_handler_options=SignalHandlerOptions.NO)
@@ -435,7 +445,10 @@ def child_main(fb_handle, stats_path: str, ros_args: list[str], conn, parent_pid
         conn.close()
         ex = SingleThreadedExecutor()
         ex.add_node(node)
+        instructions = None
         while not stop["now"] and not s[CMD_STOP] and os.getppid() == parent_pid:
+            if instructions is None:  # once the reasoning process has named the topic
+                instructions = relay_subscription(node, mailbox)
             if s[CMD_SUBSCRIBE] and node.sub is None:
                 node.start()
                 s[SUBSCRIBED_AT] = time.monotonic()

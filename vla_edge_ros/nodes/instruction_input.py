@@ -3,9 +3,17 @@
 """The node's instruction inputs (ROS only): the `~/instruction` topic and the check of the `instruction` parameter.
 
 The topic is latched (reliable + transient local: a node started later gets the last task) and taken as serialized
-bytes, decoded strictly here (`instruction.string_from_cdr` + `clean`), so a message that is not valid UTF-8 is one
+bytes, decoded strictly (`instruction.string_from_cdr` + `clean`), so a message that is not valid UTF-8 is one
 warning rather than text full of U+FFFD. The checks, the tokenizing and the change itself are the core's
 (`Runtime.set_instruction`); this only translates messages and logs one line per refusal.
+
+Where the message is taken: under the bringup (`vla_edge`, the launch files) in the camera process, never in the
+control process. rclpy copies a whole message into Python under the interpreter lock when it takes it, and a
+10 MB message taken in the control process held its SCHED_FIFO thread ~20 ms a take (missed ticks under a flood).
+The camera child subscribes to the name `~/instruction` resolves to on this node (`relay_subscription`), refuses a
+message by its size and CDR there and leaves the latest text or refusal in the `InstructionMailbox`; the
+`vla-instruction-relay` thread here polls it every `instruction_mailbox.POLL_S`. A node made without a camera
+process (tests, a node composed into another executable) subscribes itself, on its executor.
 
 A message is rendered off the control thread: the latest one waiting (older ones are dropped unrendered) goes to the
 `vla-instruction` thread, at most one a period (a flood costs one render and one change a tick), which renders it
@@ -25,6 +33,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 
 from ..instruction import InstructionError, string_from_cdr
+from ..instruction_mailbox import POLL_S
 
 # The parameter check renders on the executor thread (rclpy wants its answer at once), between the timer's ticks: a
 # template that runs away may hold that thread this long (plus the child's kill, ~5 ms); a normal render takes
@@ -35,8 +44,9 @@ LATCHED = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Relia
 
 
 class InstructionInput:
-    def __init__(self, node, runtime):
-        """`runtime()`: the node's Runtime, or None while unconfigured (a message then waits for `configured`)."""
+    def __init__(self, node, runtime, mailbox=None):
+        """`runtime()`: the node's Runtime, or None while unconfigured (a message then waits for `configured`).
+        `mailbox`: the camera process's InstructionMailbox (the child takes the topic), or None: subscribe here."""
         self.node, self.runtime = node, runtime
         self._early = None  # text or bytes received before configure: applied once configured (the last one wins)
         self._last_refusal = ("", 0.0)  # the last refusal logged and when
@@ -49,7 +59,14 @@ class InstructionInput:
         self._thread = threading.Thread(target=self._render_loop, name="vla-instruction", daemon=True)
         self._thread.start()
         node.add_on_set_parameters_callback(self._check_parameter)
-        self.sub = node.create_subscription(String, "~/instruction", self._on_message, LATCHED, raw=True)
+        self.sub = self._relay = None
+        if mailbox is None:
+            self.sub = node.create_subscription(String, "~/instruction", self._on_message, LATCHED, raw=True)
+        else:
+            mailbox.topic.post(node.resolve_topic_name("~/instruction").encode())
+            self._relay = threading.Thread(target=self._relay_loop, args=(mailbox,), name="vla-instruction-relay",
+                                           daemon=True)
+            self._relay.start()
 
     def configured(self) -> None:
         """Apply a ~/instruction that arrived while the node was unconfigured."""
@@ -79,6 +96,27 @@ class InstructionInput:
             self._refused("topic", e)
             return
         self.set(text, "topic")
+
+    def _relay_loop(self, mailbox) -> None:
+        """The `vla-instruction-relay` thread: what the camera child took from the topic, as `_on_message` would."""
+        from ..realtime import normal_scheduling
+
+        normal_scheduling()
+        text_seq = refusal_seq = 0
+        while not self._closed:
+            got = mailbox.text.read(text_seq)
+            if got is not None:
+                text_seq = got[0]
+                self.set(got[1], "topic")
+            got = mailbox.refusal.read(refusal_seq)
+            if got is not None:
+                count, refusal_seq = (got[0] - refusal_seq) // 2, got[0]
+                e = InstructionError(got[1].decode("utf-8", "replace"))
+                rt = self.runtime()
+                if rt is not None:
+                    rt.note_refusal("topic", e, count)
+                self._refused("topic", e)
+            time.sleep(POLL_S)
 
     def set(self, text, source: str) -> None:
         """Queue `text` for rendering off the executor thread (the latest one waiting wins)."""
@@ -140,6 +178,8 @@ class InstructionInput:
             self._closed = True
             self._cv.notify()
         self._thread.join(timeout=1.0)
+        if self._relay is not None:
+            self._relay.join(timeout=1.0)
 
     def _apply_rendered(self) -> None:
         with self._cv:
@@ -168,3 +208,19 @@ class InstructionInput:
         if line != self._last_refusal[0] or now - self._last_refusal[1] >= 1.0:
             self.node.get_logger().warn(line)
             self._last_refusal = (line, now)
+
+
+def relay_subscription(node, mailbox):
+    """The camera child's side: subscribe `node` to the topic the mailbox names (None while it names none yet);
+    each message is checked by its size and CDR here and only its text, or the refusal line, is posted."""
+    topic = mailbox.topic_name()
+    if not topic:
+        return None
+
+    def take(raw: bytes) -> None:
+        try:
+            mailbox.text.post(string_from_cdr(raw))
+        except InstructionError as e:
+            mailbox.refusal.post(str(e).encode("utf-8", "replace"))
+
+    return node.create_subscription(String, topic, take, LATCHED, raw=True)

@@ -97,7 +97,8 @@ class ReasoningNode(LifecycleNode):
                                             clock=Clock(clock_type=STEADY))
         enable_runtime_updates(self, REASONING_SPECS, self.p, self._apply_params,
                                configured=lambda: self.lifecycle_state != "unconfigured")
-        self.instructions = InstructionInput(self, lambda: self.runtime)  # ~/instruction and the parameter's check
+        # ~/instruction (taken in the camera process when there is one) and the parameter's check
+        self.instructions = InstructionInput(self, lambda: self.runtime, getattr(camera, "instruction_mailbox", None))
         self.add_on_set_parameters_callback(self._check_plan_params)  # chunk_execute against the model's K
         self._guard_change_state_service()
 
