@@ -426,6 +426,9 @@ def test_soak_20_seconds(domain, tmp_path):
     assert s["cycles"] > 0.8 * cycles_expected, (s["cycles"], cycles_expected)
     assert s["cycles_after_warmup"] > 0.6 * cycles_expected
     assert 0.6 * 30.0 <= s["camera_rate_hz"] <= 1.2 * 30.0  # the 30 Hz replay arrives, and is reported as such
+    q = s["frame_quality"]  # the camera-quality counts at the end (cumulative): every frame received was checked
+    assert q["checks"] == "on" and q["frames_checked"] >= 0.5 * 30.0 * seconds, q
+    assert "frame quality " in r.stdout and f"{int(q['frames_checked'])} frames checked" in r.stdout
     rows = (out / "samples.csv").read_text().splitlines()
     assert len(rows) >= seconds and rows[0].startswith("t_s,rss_mb,vram_mb")
     # The model keeps running after the warm-up (model actions in at least 2 % of those cycles: a refusal stuck from

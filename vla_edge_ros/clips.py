@@ -383,20 +383,30 @@ def open_clip(spec: str, *, n_frames: int = 600, cut_at: int | None = None, seed
                     f"an image folder, or {', '.join(SYNTHETIC)})")
 
 
-def load_model_frames(source, max_frames: int | None = None, min_fraction: float = 0.5
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def load_model_frames(source, max_frames: int | None = None, min_fraction: float = 0.5, gate=None,
+                      verdicts: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Decode and resize a whole clip up front: (frames uint8 [N, 64, 128, 3], stamps int64 [N]).
 
     A benchmark replays from memory so that video decoding does not compete with the engine for the CPU.
     Damaged frames are skipped and counted in ``source.counters``; a clip that yields nothing, or (read to
     its end) fewer than ``min_fraction`` of the frames it declares, raises ClipError.
+
+    ``gate`` (a ``frame_quality.QualityGate``) checks each full-size frame in clip order, as the camera node does, and
+    appends its verdict (``QualityResult.word()``, the block map) to ``verdicts``; the model frame is then made from
+    the full-size frame, as the node makes it.
     """
     counters = Counters()
     source.counters = counters
     frames, stamps = [], []
     for item in source.items(counters):
         try:
-            frames.append(item.model_frame())
+            if gate is None:
+                frames.append(item.model_frame())
+            else:
+                full = item.rgb()
+                q = gate.update(full, item.stamp_ns)
+                frames.append(to_model_frame(full))
+                verdicts.append((q.word(), q.blocks))
         except ImageError:
             counters.skipped_corrupt += 1
             continue

@@ -46,6 +46,7 @@ from ..cycle import REPROBE_AFTER_S, probe_after_cycles
 from ..engine import cuda_available
 from ..eviction import POLICY_NAMES
 from ..frame_buffer import FrameBuffer
+from ..frame_quality import CHECKS as QUALITY_CHECKS, QualityGate, QualitySettings, names as quality_names, unpack_word
 from ..instruction import InstructionError, InstructionFeed, shorten
 from ..metrics import CycleStats, command_smoothness
 from ..model import ops
@@ -54,7 +55,7 @@ from ..model.checkpoint import check_model_path, load_model
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
 from ..runtime import Runtime, StartupError
-from ..settings import ReasoningSettings
+from ..settings import CAMERA_SPECS, ReasoningSettings
 from .cli import (Parser, add_setting_options, bounded, check_out_dir, fail, finite_non_negative, non_negative_int,
                   positive_int, setting_values)
 
@@ -67,9 +68,11 @@ class CameraReplay(threading.Thread):
     produced. `clip_index_of_seq[seq]` maps a FrameBuffer seq back to its camera frame index.
     """
 
-    def __init__(self, frames: np.ndarray, hz: float, fb: FrameBuffer):
+    def __init__(self, frames: np.ndarray, hz: float, fb: FrameBuffer, verdicts: list | None = None):
+        """`verdicts[i]`: clip frame i's frame-quality verdict (word, block map), published with it; None: no
+        check (as a node with frame_quality false)."""
         super().__init__(name="camera-replay", daemon=True)
-        self.frames, self.hz, self.fb = frames, float(hz), fb
+        self.frames, self.hz, self.fb, self.verdicts = frames, float(hz), fb, verdicts
         self.camera_index_of_seq: list[int] = []
         self.produced = 0  # camera frames 0..produced-1 happened
         self._halt = threading.Event()
@@ -84,7 +87,9 @@ class CameraReplay(threading.Thread):
             if delay > 0 and self._halt.wait(delay):
                 break
             k = max(k, int((time.monotonic() - start) * self.hz))  # late wake-up: publish what is due now
-            self.fb.publish(self.frames[k % len(self.frames)], stamp_ns=int(round(k * 1e9 / self.hz)))
+            i = k % len(self.frames)
+            word, blocks = self.verdicts[i] if self.verdicts else (0, None)
+            self.fb.publish(self.frames[i], stamp_ns=int(round(k * 1e9 / self.hz)), quality=word, blocks=blocks)
             self.camera_index_of_seq.append(k)
             self.produced = k + 1
             k += 1
@@ -149,6 +154,19 @@ BENCH_SETTINGS = ("period_ms", "safety_margin_ms", "ema_alpha", "tail_k", "max_f
                   "instruction_min_interval_cycles", "chunk_execute", "chunk_blend", "chunk_blend_weight")
 
 
+# The camera's frame-quality thresholds the bench takes as options (the checks themselves: --frame-quality-checks).
+BENCH_QUALITY_SETTINGS = tuple(spec.name for spec in CAMERA_SPECS if spec.name.startswith("frame_quality_")
+                               and spec.name != "frame_quality_checks")
+
+
+def quality_gate(args) -> QualityGate | None:
+    """The camera node's frame-quality gate with the bench's options; None with --frame-quality-checks none."""
+    if not args.frame_quality_checks:
+        return None
+    values = dict(setting_values(args, BENCH_QUALITY_SETTINGS), frame_quality_checks=args.frame_quality_checks)
+    return QualityGate(QualitySettings.from_values(values))
+
+
 def bench_settings(args, policy: str) -> ReasoningSettings:
     """The node's settings for one bench run: the options, the policy, the probe wait in seconds."""
     return ReasoningSettings.from_values(dict(setting_values(args, BENCH_SETTINGS), policy=policy,
@@ -156,7 +174,7 @@ def bench_settings(args, policy: str) -> ReasoningSettings:
 
 
 def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
-               progress) -> tuple[dict, dict]:
+               progress, verdicts: list | None = None) -> tuple[dict, dict]:
     """One policy on one clip: `Runtime.step` every period, as the node's timer calls it (the last guard and the
     command limits included), the "publish" only an instant. Returns (metrics for report.json, raw series for the
     plot)."""
@@ -174,7 +192,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         refused = set_realtime_priority(args.realtime_priority)
         if refused:
             print(f"vla-edge-bench: {refused}", file=sys.stderr, flush=True)
-        camera = CameraReplay(frames, args.camera_hz, fb)
+        camera = CameraReplay(frames, args.camera_hz, fb, verdicts)
         camera_index_of_frame_id: dict[int, int] = {}
         chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
         publish_lags: list[float] = []  # overruns: publish time - the guard's wait end (ms)
@@ -302,6 +320,20 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         rt.close()
 
 
+def quality_report(gate: QualityGate | None, verdicts: list | None) -> dict:
+    """The clip's frame-quality counts (the camera node's, over one pass of the clip in order) and the frames of it
+    a tripped check refuses; {"checks": []} when the gate is off."""
+    if gate is None:
+        return {"checks": []}
+    tripped = [unpack_word(word)[0] for word, _ in verdicts]
+    refused = [i for i, mask in enumerate(tripped) if mask]
+    any_tripped = 0
+    for mask in tripped:
+        any_tripped |= mask
+    return {"checks": list(gate.settings.checks), **gate.counts(), "tripped_checks": quality_names(any_tripped),
+            "first_refused_frame": refused[0] if refused else None}
+
+
 def model_labels(model_dirs: list[str], all_weights) -> list[str]:
     """Short, distinct labels for the models of one bench run: directory name + weights / decoding."""
     labels = []
@@ -357,6 +389,17 @@ def write_markdown(report: dict, path: str) -> None:
     for clip in report["clips"]:
         lines += [f"## {clip['name']} ({clip['frames']} frames)", ""]
         lines += [f"Note: {n}." for n in clip.get("notes", [])] + ([""] if clip.get("notes") else [])
+        q = clip.get("frame_quality") or {"checks": []}
+        if q["checks"]:
+            failed = ", ".join(f"{c} {q['failed_' + c]} ({q['trips_' + c]} trip{'s' if q['trips_' + c] != 1 else ''})"
+                               for c in QUALITY_CHECKS if q.get("failed_" + c))
+            lines += [f"Frame quality ({','.join(q['checks'])}), one pass of the clip: {q['refused_frames']} of "
+                      f"{q['frames']} frames refused by a tripped check"
+                      + (f" (the first is frame {q['first_refused_frame']}; checks that tripped: {q['tripped_checks']})"
+                         if q["refused_frames"] else "")
+                      + (f"; failing frames: {failed}" if failed else "") + ".", ""]
+        else:
+            lines += ["Frame quality: not checked (--frame-quality-checks none).", ""]
         lines += [head, "|" + "---|" * 17]
         for policy, m in clip["policies"].items():
             fb = ", ".join(f"{k} {v}" for k, v in m["fallbacks"].items() if v)
@@ -399,7 +442,7 @@ OUTCOME_COLORS = {"fresh": "#2ca02c", "plan": "#bcbd22", "repeat": "#98df8a", "n
                   "stale_frame": "#8c564b",
                   "refused": "#ff9896", "busy": "#ffbb78", "cold": "#aec7e8", "overrun": "#d62728",
                   "engine_error": "#9467bd", "non_finite": "#e377c2", "inactive": "#7f7f7f",
-                  "instruction_change": "#17becf"}
+                  "instruction_change": "#17becf", "frame_quality": "#393b79", "internal_error": "#000000"}
 
 
 def _stretches(ts: list[float], flags: list[bool], period_s: float) -> list[tuple[float, float]]:
@@ -548,6 +591,12 @@ def build_parser() -> Parser:
                                                      "numpy, as the demo and the soak",
                                "instruction_min_interval_cycles": "1, every --instruction-at change as soon as it "
                                                                   "can start"})
+    p.add_argument("--frame-quality-checks", type=_quality_checks, default=list(QUALITY_CHECKS),
+                   metavar="CHECKS", help="the camera's frame-quality checks, comma-separated, or none: each clip "
+                   "frame is checked at full size as the camera node checks it, and a frame a tripped check refuses "
+                   "gives frame_quality fallbacks (default: " + ",".join(QUALITY_CHECKS) + "; the camera node's "
+                   "frame_quality_checks)")
+    add_setting_options(p, BENCH_QUALITY_SETTINGS, specs=CAMERA_SPECS)
     p.add_argument("--probe-after", type=non_negative_int, default=None,
                    help="while refusing, run one background chunk after at most this many refusals in a row to "
                         "re-measure its cost (0: never) (default: the node's reprobe_after_s, 2 s of periods)")
@@ -570,6 +619,16 @@ def build_parser() -> Parser:
                         "complete) (default: refuse)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
     return p
+
+
+def _quality_checks(text: str) -> list[str]:
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if parts == ["none"]:
+        return []
+    bad = [x for x in parts if x not in QUALITY_CHECKS]
+    if bad or not parts:
+        raise argparse.ArgumentTypeError(f"expected none or checks of {','.join(QUALITY_CHECKS)}, got {text[:60]!r}")
+    return parts
 
 
 def _instruction_at(text: str):
@@ -632,8 +691,10 @@ def run(args, argv) -> int:
         n_frames = min(run_frames + int(2 * args.camera_hz), args.max_clip_frames)
         source = open_clip(spec, n_frames=n_frames, cut_at=run_frames // 3, seed=args.seed)
         # Decoded up front (a damaged clip fails before any run; decoding never competes with the engine).
-        frames, _ = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction)
-        sources.append((spec, source, frames))
+        gate, verdicts = quality_gate(args), []
+        frames, _ = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction, gate=gate,
+                                      verdicts=verdicts)
+        sources.append((spec, source, frames, gate, verdicts if gate is not None else None))
     tmp_model = None
     try:
         if not args.model:
@@ -658,7 +719,7 @@ def run(args, argv) -> int:
                         disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
         clips, series = [], {}
         labels = model_labels(args.model, all_weights)
-        for spec, source, frames in sources:
+        for spec, source, frames, gate, verdicts in sources:
             embeddings = [pooled_embeddings(w, frames) for w in all_weights]
             name = source.name if spec not in SYNTHETIC else spec
             while name in series:
@@ -669,6 +730,7 @@ def run(args, argv) -> int:
             clip = {"name": name, "source": spec, "frames": len(frames), "native_fps": native,
                     "cut_at": getattr(source, "cut_at", None), "expected_frames": source.expected,
                     "damaged_frames": source.counters.skipped_corrupt, "policies": {}}
+            clip["frame_quality"] = quality_report(gate, verdicts)
             clip["notes"] = clip_notes(clip, args.camera_hz, run_frames)
             series[name] = {}
             for label, mdir, w, emb in zip(labels, args.model, all_weights, embeddings):
@@ -676,7 +738,7 @@ def run(args, argv) -> int:
                     key = policy if len(args.model) == 1 else f"{label}:{policy}"
                     progress.set_postfix_str(f"{name} {key}")
                     clip["policies"][key], series[name][key] = run_policy(
-                        args, w, mdir, policy, frames, emb, progress)
+                        args, w, mdir, policy, frames, emb, progress, verdicts)
                     gc.collect()  # drop the previous engine's cache before the next one allocates
             clips.append(clip)
         progress.close()
@@ -701,7 +763,9 @@ def run(args, argv) -> int:
                        "admit_all": args.admit_all, "realtime_priority": args.realtime_priority,
                        "warmup_chunks": args.warmup_chunks, "seed": args.seed,
                        # every node setting of the run (the policy aside): the limits and the fallback included
-                       "settings": setting_values(args, BENCH_SETTINGS)},
+                       "settings": setting_values(args, BENCH_SETTINGS),
+                       "frame_quality": dict(setting_values(args, BENCH_QUALITY_SETTINGS),
+                                             frame_quality_checks=args.frame_quality_checks)},
             "clips": clips,
         }
         # written into a temporary folder beside --out that replaces it only when complete

@@ -173,14 +173,14 @@ def _shown(v) -> str:
 
 
 def add_setting_options(parser, names, flags: dict | None = None, defaults: dict | None = None,
-                        helps: dict | None = None) -> None:
+                        helps: dict | None = None, specs=None) -> None:
     """One option per node setting in `names` (settings.REASONING_SPECS), generated from the table: ``--period-ms``
     for ``period_ms`` (`flags` renames one), stored under the setting's own name, the table's range, choices and
     length checked, its description as the help. The default is the node's unless `defaults` gives the tool's own
-    (then `helps` says why, in the help's ``(default: ...)``)."""
+    (then `helps` says why, in the help's ``(default: ...)``). `specs`: another table (settings.CAMERA_SPECS)."""
     from ..settings import REASONING_SPECS, spec_table
 
-    table, flags, defaults, helps = spec_table(REASONING_SPECS), flags or {}, defaults or {}, helps or {}
+    table, flags, defaults, helps = spec_table(specs or REASONING_SPECS), flags or {}, defaults or {}, helps or {}
     for name in names:
         spec = table[name]
         default = defaults.get(name, list(spec.default) if isinstance(spec.default, list) else spec.default)

@@ -96,6 +96,33 @@ def growth_pct(values: list[float], n: int = 10) -> float | None:
     return (b - a) / a * 100.0 if a > 0 else None
 
 
+def quality_summary(diag: dict) -> dict:
+    """The camera-quality status's counts at the end of the soak (/diagnostics, cumulative over the run): frames
+    checked and refused, failing frames and trips per check, the ticks given frame_quality fallbacks."""
+    from ..frame_quality import CHECKS
+
+    if diag.get("quality_checks") != "on":
+        return {"checks": diag.get("quality_checks", "unknown")}
+    keys = ["quality_frames_checked", "quality_frames_refused", "quality_ticks_refused", "quality_tripped",
+            *(f"quality_{kind}_{c}" for c in CHECKS for kind in ("failed", "trips"))]
+    out = {"checks": "on"}
+    for k in keys:
+        v = diag.get(k)
+        out[k[len("quality_"):]] = v if k == "quality_tripped" else _num(v)
+    return out
+
+
+def quality_line(q: dict) -> str:
+    """One line of the printed summary: the camera-quality counts."""
+    if q.get("checks") != "on":
+        return f"checks {q.get('checks')}"
+    failed = ", ".join(f"{k[len('failed_'):]} {int(v)} ({int(q.get('trips_' + k[len('failed_'):]) or 0)} trips)"
+                       for k, v in q.items() if k.startswith("failed_") and v)
+    return (f"{int(q.get('frames_checked') or 0)} frames checked, {int(q.get('frames_refused') or 0)} refused, "
+            f"{int(q.get('ticks_refused') or 0)} frame_quality ticks; tripped now {q.get('tripped')}"
+            + (f"; failing: {failed}" if failed else ""))
+
+
 def verdict(summary: dict, max_rss_growth: float, max_vram_growth: float, max_miss_rate: float) -> list[str]:
     """Return the failed checks (empty: pass)."""
     bad = []
@@ -412,6 +439,7 @@ def main(argv=None) -> int:
             "frames_published": _num(d_end.get("frames_published")),
             "frames_dropped": _num(d_end.get("frames_dropped")),
             "frames_invalid": _num(d_end.get("frames_invalid")),
+            "frame_quality": quality_summary(d_end),
             "node_alive": node.poll() is None, "node_exit": node.returncode,
             "late_cycles": [{k: c.get(k) for k in ("t_s", "cycle", "reason", "cycle_ms", "since_scheduled_tick_ms",
                                                    "jitter_ms", "chunk_ms", "probe")} for c in late_cycles],
@@ -443,6 +471,7 @@ def main(argv=None) -> int:
         print(f"camera        {f(summary['camera_rate_hz'], '.1f')} Hz, published "
               f"{f(summary['frames_published'], '.0f')}, dropped {f(summary['frames_dropped'], '.0f')}, invalid "
               f"{f(summary['frames_invalid'], '.0f')}")
+        print(f"frame quality {quality_line(summary['frame_quality'])}")
         print(f"verdict       {summary['verdict'].upper()}" + ("" if not bad else ": " + "; ".join(bad)))
         print(f"files         {out_dir / 'samples.csv'}, {out_dir / 'samples.png'}, {out_dir / 'summary.json'}",
               flush=True)
