@@ -29,7 +29,7 @@ _HEAD = struct.Struct("<QQQ")  # seq, length, crc32
 TOPIC_CAP = 1024  # a ROS topic name is at most ~250 characters
 TEXT_CAP = MAX_INSTRUCTION_BYTES + 8  # string_from_cdr passes at most this much text
 REFUSAL_CAP = 512  # one line; longer ones are cut
-POLL_S = 0.01  # the control process's poll period: an instruction waits at most this long in the mailbox
+POLL_S = 0.05  # the control process's poll period (a poll wakes a thread that takes the interpreter lock)
 
 
 class MailboxSlot:
