@@ -128,6 +128,53 @@ def test_a_still_scene_with_sensor_noise_is_not_frozen_and_repeated_bytes_or_sta
     assert not any(r.failed for r in results)
 
 
+def _with_blocks(gray: np.ndarray, n: int, pattern) -> np.ndarray:
+    """`gray` with its first `n` blocks (row-major) replaced by pattern(block) (a uint8 array of the block's shape)."""
+    out = gray.copy()
+    bh, bw = fq.SMALL_H // fq.GRID, fq.SMALL_W // fq.GRID
+    for k in range(n):
+        r, c = divmod(k, fq.GRID)
+        out[r * bh:(r + 1) * bh, c * bw:(c + 1) * bw] = pattern(out[r * bh:(r + 1) * bh, c * bw:(c + 1) * bw])
+    return out
+
+
+def _two_levels(lo: int, hi: int):
+    """A block of alternate pixels at gray levels lo and hi (mean (lo + hi) / 2, half the pixels at each level)."""
+    def pattern(b):
+        out = np.full_like(b, lo)
+        out.reshape(-1)[::2] = hi
+        return out
+    return pattern
+
+
+def _black_but_specks(b):
+    """95 % black pixels, every 20th pixel a bright speck (light leaking past a cap, dust lit up)."""
+    out = np.zeros_like(b)
+    out.reshape(-1)[::20] = 200
+    return out
+
+
+@needs_data
+@pytest.mark.parametrize("check,count_field,pattern,bit", [
+    ("dark", "dark_blocks", _two_levels(4, 14), fq.BLOCK_DARK),  # mean 9, half the pixels over the black level
+    ("blocked", "blocked_blocks", _black_but_specks, fq.BLOCK_BLOCKED),  # a black share of 0.95, mean 10
+    ("overexposed", "overexposed_blocks", _two_levels(225, 250), fq.BLOCK_OVEREXPOSED),  # mean 237.5, none saturated
+])
+def test_each_block_check_counts_the_blocks_its_parameters_name(check, count_field, pattern, bit):
+    """On a real frame's gray image: a block over a check's level (a dim block that is not black, a black block with
+    specks, a bright block that is not saturated) counts for that check, and the frame fails the check at exactly
+    `<check>_blocks` such blocks, not one fewer."""
+    gray = fq.small_gray(clip640("road", 40, 1)[0])
+    s = fq.QualitySettings()
+    n = getattr(s, count_field)
+    assert fq.assess(gray, s).failed == 0
+    at, under = fq.assess(_with_blocks(gray, n, pattern), s), fq.assess(_with_blocks(gray, n - 1, pattern), s)
+    assert at.failed & fq.CHECK_BIT[check], (fq.names(at.failed), at.block_counts)
+    assert not under.failed & fq.CHECK_BIT[check], (fq.names(under.failed), under.block_counts)
+    bits = np.frombuffer(at.blocks, np.uint8)
+    assert (bits[:n] & bit).all() and at.block_counts[check] >= n
+
+
 # --- hysteresis and switches -------------------------------------------------------------------------------
 
 

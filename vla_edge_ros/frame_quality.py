@@ -3,8 +3,8 @@
 """Frame quality: is the camera seeing anything?  Checked once per frame in the camera process (DESIGN.md §17).
 
 ROS-free and model-free: the camera node, the bench and the tests call it.  A frame (uint8 RGB, any size) is
-reduced once to a 160 x 120 gray image (OpenCV bilinear resize, then gray), cut into 5 x 5 blocks, and each block gets
-its mean, its share of black pixels (``<= black_level``), its mean |Laplacian| and |gradient|.  Like Autoware's
+reduced once to a 160 x 120 gray image (gray, then an OpenCV bilinear resize), cut into 5 x 5 blocks, and each block
+gets its mean, its share of black pixels (``<= black_level``), its mean |Laplacian| and |gradient|.  Like Autoware's
 image_diagnostics, the frame checks count blocks:
 
 * ``dark``: at least ``dark_blocks`` blocks whose mean is under ``dark_mean`` (a dim scene, a light gone out);
@@ -118,11 +118,13 @@ class QualityResult:
 
 
 def small_gray(rgb: np.ndarray) -> np.ndarray:
-    """uint8 RGB (H, W, 3) of any size -> uint8 gray (SMALL_H, SMALL_W): a bilinear resize (its cost does not grow
-    with the frame: 0.07 ms from 640 x 480, where an area resize costs 0.46 ms), then gray."""
-    if rgb.shape[0] != SMALL_H or rgb.shape[1] != SMALL_W:
-        rgb = cv2.resize(rgb, (SMALL_W, SMALL_H), interpolation=cv2.INTER_LINEAR)
-    return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    """uint8 RGB (H, W, 3) of any size -> uint8 gray (SMALL_H, SMALL_W): gray, then a bilinear resize (its cost
+    does not grow with the frame as an area resize's does: 0.11 ms from 640 x 480 against 0.46 ms; gray first is
+    0.03 ms cheaper than after, and differs by at most one gray level)."""
+    gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    if gray.shape[0] != SMALL_H or gray.shape[1] != SMALL_W:
+        gray = cv2.resize(gray, (SMALL_W, SMALL_H), interpolation=cv2.INTER_LINEAR)
+    return gray
 
 
 def _blocks(a: np.ndarray) -> np.ndarray:
@@ -141,7 +143,8 @@ def block_stats(gray: np.ndarray, black_level: int) -> tuple[np.ndarray, ...]:
 
 
 def assess(gray: np.ndarray, s: QualitySettings) -> QualityResult:
-    """The block checks of one small gray image (no history: frozen is QualityGate's)."""
+    """The block checks of one small gray image (no history: frozen is QualityGate's).  Each block count is taken
+    once: on 5 x 5 arrays every NumPy call costs more than its arithmetic."""
     means, black, lap, grad = block_stats(gray, s.black_level)
     dark = means < s.dark_mean
     blocked = black > s.blocked_ratio
@@ -149,22 +152,23 @@ def assess(gray: np.ndarray, s: QualitySettings) -> QualityResult:
     exposed = ~(dark | blocked | over)
     edges = exposed & (grad >= EDGE_GRADIENT)
     flat = exposed & ~edges
-    on = set(s.checks)
+    n_dark, n_blocked, n_over = int(np.count_nonzero(dark)), int(np.count_nonzero(blocked)), int(np.count_nonzero(over))
+    n_exposed, n_edges = int(np.count_nonzero(exposed)), int(np.count_nonzero(edges))
+    on = s.checks
     failed = 0
-    if "dark" in on and int(dark.sum()) >= s.dark_blocks:
+    if "dark" in on and n_dark >= s.dark_blocks:
         failed |= CHECK_BIT["dark"]
-    if "blocked" in on and int(blocked.sum()) >= s.blocked_blocks:
+    if "blocked" in on and n_blocked >= s.blocked_blocks:
         failed |= CHECK_BIT["blocked"]
-    if "overexposed" in on and int(over.sum()) >= s.overexposed_blocks:
+    if "overexposed" in on and n_over >= s.overexposed_blocks:
         failed |= CHECK_BIT["overexposed"]
     sharp = float("nan")  # fewer than MIN_EXPOSED exposed blocks: the exposure checks speak for the frame
-    if int(exposed.sum()) >= MIN_EXPOSED:
-        sharp = float(lap[edges].sum() / grad[edges].sum()) if int(edges.sum()) >= MIN_EXPOSED else 0.0
+    if n_exposed >= MIN_EXPOSED:
+        sharp = float(lap[edges].sum() / grad[edges].sum()) if n_edges >= MIN_EXPOSED else 0.0
     if "blur" in on and sharp == sharp and sharp < s.blur_detail:
         failed |= CHECK_BIT["blur"]
     bits = (dark * BLOCK_DARK) | (blocked * BLOCK_BLOCKED) | (over * BLOCK_OVEREXPOSED) | (flat * BLOCK_FLAT)
-    counts = {"dark": int(dark.sum()), "blocked": int(blocked.sum()), "overexposed": int(over.sum()),
-              "blur": int(flat.sum())}
+    counts = {"dark": n_dark, "blocked": n_blocked, "overexposed": n_over, "blur": n_exposed - n_edges}
     return QualityResult(failed=failed, blocks=bits.astype(np.uint8).tobytes(), mean=float(means.mean()),
                          detail=sharp, block_counts=counts)
 
