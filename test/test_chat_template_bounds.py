@@ -30,8 +30,9 @@ HOSTILE = {
     "range(10**9)": ("{{ range(10**9) | list }}", "OverflowError"),
     "10**10 iterations": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                           "render budget"),
-    # not a constant: jinja2 folds constant expressions when it compiles (that one meets the memory cap there)
-    "100 MB at once": ("{{ 'x' * (messages | length * 50000000) }}", "(render budget|character cap|memory cap)"),
+    # not a constant: jinja2 folds constant expressions when it compiles (that one meets the memory cap there).
+    # The allocation fails at the address-space cap before it touches memory: not the budget (a kill, a new child)
+    "100 MB at once": ("{{ 'x' * (messages | length * 50000000) }}", "memory cap"),
     "100 MB streamed": ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "character cap"),
 }
 PROMPT_WITHIN_S = RENDER_BUDGET_S + 0.25  # the budget, the kill and a 2-core host's scheduling

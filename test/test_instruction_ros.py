@@ -56,7 +56,13 @@ def test_a_latched_instruction_reaches_a_late_node_and_a_change_costs_no_deadlin
                      "model actions under the instruction published before the node started")
         v = _active(lst)[-1]
         assert int(v["instruction_tokens"]) == len("pick up the red cup")  # one token per byte in this vocabulary
-        n0 = len(lst.cycles)
+        # The misses counted from here on are the change's. A miss before (the bag's player and this listener starting
+        # next to the node on two cores; a fresh-clone run once saw a 33.35 ms start-up cycle) is printed, not judged:
+        # test_frame_quality_ros and test_instruction_flood_ros judge their whole run's count, start-up included. The
+        # count is the one published after n0, so no miss falls between the count taken and the window's first cycle.
+        n0, k0 = len(lst.cycles), len(lst.diags)
+        lst.wait_for(lambda: len(lst.diags) > k0, 10, "a /diagnostics status after the first instruction drove")
+        misses0 = int(lst.last_diag()["deadline_misses"])
         pub.publish(String(data="follow the corridor"))
         lst.wait_for(lambda: any(v.get("instruction") == "follow the corridor" for v in _active(lst)), 30,
                      "model actions under the new instruction")
@@ -72,10 +78,11 @@ def test_a_latched_instruction_reaches_a_late_node_and_a_change_costs_no_deadlin
         assert all(v.get("instruction") != "pick up the red cup" for v in after[first_new:])  # never mixed
         d = lst.last_diag()
         assert d["instruction"] == "follow the corridor" and int(d["instruction_changes"]) >= 2
-        # a miss before n0 (start-up, the first instruction) is in the count too: say which cycles were late
         late_seen = [(v["cycle"], v["reason"], v["cycle_ms"], v.get("missed_before"), v.get("instruction"))
                      for _, v, _ in lst.cycles if v["late"] != "False" or int(v.get("missed_before", 0))]
-        assert int(d["deadline_misses"]) == 0, (d["deadline_misses"], d.get("missed_ticks"), n0, late_seen)
+        print(f"[instruction ros] {len(lst.cycles)} cycles, {n0} before the change ({misses0} deadline misses); late "
+              f"or after a missed tick: {late_seen}")
+        assert int(d["deadline_misses"]) == misses0, (d["deadline_misses"], misses0, d.get("missed_ticks"), late_seen)
         assert int(d["fallback_instruction_change"]) >= len(changing)
     finally:
         lst.close()

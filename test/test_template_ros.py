@@ -30,7 +30,7 @@ HOSTILE = ("{% set c = messages[-1].content %}"
            "{% if 'burst' in c %}{{ 'x' * (messages | length * 50000000) }}{% endif %}"
            "{% if 'flood' in c %}{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}{% endif %}"
            "{% if 'range' in c %}{{ range(10**9) | list }}{% endif %}" + CHAT)
-CASES = [("spin in place", "render budget"), ("burst forward", "(render budget|character cap|memory cap)"),
+CASES = [("spin in place", "render budget"), ("burst forward", "memory cap"),
          ("flood the floor", "character cap"), ("range over the room", "OverflowError")]
 
 
@@ -97,9 +97,11 @@ def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain
         # the control path freezes the loop for many cycles and misses ticks
         late = [f'{v["cycle_ms"]} ms (chunk {v.get("chunk_ms")} ms), {_after(events, t)}'
                 for t, v, _ in lst.cycles[n0:] if v["late"] != "False"]
-        print(f"[template ros] {len(after)} cycles while hostile templates arrived; late: {late}")
+        missed = [f'{v["missed_before"]} tick(s) missed before a {v["cycle_ms"]} ms cycle, {_after(events, t)}'
+                  for t, v, _ in lst.cycles[n0:] if int(v.get("missed_before", 0))]
+        print(f"[template ros] {len(after)} cycles while hostile templates arrived; late: {late}; missed: {missed}")
         assert len(late) <= 1, late
-        assert all(int(v.get("missed_before", 0)) == 0 for v in after)
+        assert not missed, missed
         assert all(v.get("instruction") == "go left" for v in after if v["source"] == "model")
         d = lst.last_diag()
         assert d["instruction"] == "go left" and int(d["instruction_changes"]) == 0

@@ -31,7 +31,11 @@ import time
 RENDER_BUDGET_S = 0.025
 RENDER_START_S = 10.0  # a child's start: an interpreter, jinja2, the template compiled (not on the control path)
 MAX_RENDER_CHARS = 1 << 16  # a prompt this long is far past any KV capacity (4 KiB instruction + the system prompt)
-RENDER_MEMORY_BYTES = 256 << 20  # the child's address space may grow this much past what it holds once started
+# The child's address space may grow this much past what it holds once started. A capped render holds a few hundred
+# KB (65,536 characters, the parts list, the JSON reply); the cap is an address-space limit, so an allocation past it
+# fails before a page is touched: `'x' * 10**8` is a ~1 ms refusal, not 100 MB of page faults that outrun the render
+# budget and cost a kill and a new child on the control loop's cores (under a 256 MiB cap it did).
+RENDER_MEMORY_BYTES = 32 << 20
 # Niceness of the render child (and of the replacement started after a kill): a template that runs away to its
 # budget, or a child starting, takes CPU from the engine and the control thread only when a core is idle.
 RENDER_NICE = 10
