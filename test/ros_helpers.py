@@ -343,3 +343,22 @@ def reasons(cycles) -> collections.Counter:
 def rate_ok(rate: float) -> bool:
     """`rate` (Hz) is the plumbing period's action rate, +- 10 %."""
     return abs(rate - plumbing_rate()) <= 0.1 * plumbing_rate()
+
+
+def cadence(actions, period_ms: float | None = None) -> tuple[bool, str]:
+    """Whether the ~/action messages in `actions` (Listener tuples) came at `period_ms` (the plumbing period when None),
+    judged by their header stamps (the node's clock at publish), not by when this process received them.
+
+    The median gap between consecutive stamps within 10 % of the period, and at least 80 % of the ticks the stamps
+    span present. A count of messages received in a wall-clock window judged the test process as much as the node: on
+    a loaded 2-core CI host the listener received 17.7 a second from a node at 20 Hz. A tick the node itself skips is
+    counted in /diagnostics (missed_ticks), which other tests check."""
+    period = plumbing_period_ms() if period_ms is None else float(period_ms)
+    stamps = sorted(a[1] for a in actions if a[1] >= 0)
+    if len(stamps) < 5:
+        return False, f"{len(stamps)} stamped actions, too few to judge a {period:g} ms period"
+    gaps_ms = [(b - a) / 1e6 for a, b in zip(stamps, stamps[1:])]
+    median = sorted(gaps_ms)[len(gaps_ms) // 2]
+    share = len(gaps_ms) / max((stamps[-1] - stamps[0]) / 1e6 / period, 1e-9)
+    ok = abs(median - period) <= 0.1 * period and share >= 0.8
+    return ok, f"{len(stamps)} actions: median gap {median:.1f} ms for a {period:g} ms period, {share:.0%} of the ticks"
