@@ -15,6 +15,8 @@
 #   cmodels the 4-bit model and its parallel dirs awq-parallel (one action) and awq-parallel-k8 (8 actions a chunk,
 #          issue 37) of PRESET (bench/lib.sh make_chunk_models); then e.g. KINDS="awq-parallel awq-parallel-k8"
 #          SMS=8 SMS_KINDS="awq-parallel awq-parallel-k8" STEPS="bench sms"
+#   smodels the KIND-state twins of the model dirs there (bench/lib.sh make_state_models: a 14-value state input, the
+#          stand-in projector), for KINDS="awq-parallel awq-parallel-state" STEPS=bench
 #   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16); T15B_K selects (pytest -k, e.g.
 #          parallel)                                                                       -> $OUT/tests_15b.xml
 #   diag   dev/fidelity/w4_weight_rounding.py on PRESET's awq-parallel: the golden model with exact / old-GEMM-rounded /
@@ -43,6 +45,7 @@ for step in ${STEPS:-tests models bench peers}; do
     --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bw]_|Error|error|Traceback" ;;
   models) say "models"; make_models ;;
   cmodels) say "chunk models ($PRESET)"; make_chunk_models ;;
+  smodels) say "state models ($PRESET)"; make_state_models ;;
   tshape)
     say "$PRESET full-depth tests"
     tag=$(echo "$PRESET" | sed 's/qwen2.5-//; s/\.//'); up=$(echo "$tag" | tr a-z A-Z)

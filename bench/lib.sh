@@ -40,6 +40,25 @@ c.update({'vla_action_chunk': k} if k > 1 else {}); json.dump(c, open(sys.argv[2
     "$d/config.json" "$3"
 }
 
+# $M/DST: the weights of $M/SRC (links) with config.json adding a robot-state input of 7 joints x (position,
+# velocity) = 14 values (no state projector in the vision file: the engine's seeded stand-in; timing only).
+#   link_state SRC DST
+link_state() {
+  local d="$M/$2"
+  [ -d "$d" ] && return
+  mkdir -p "$d"
+  for f in "$M/$1"/*; do [ "$(basename "$f")" = config.json ] || ln -s "$(readlink -f "$f")" "$d/"; done
+  $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c.update(vla_state_dim=14, vla_state_fields=['position', \
+'velocity'], vla_state_joints=[f'joint_{i}' for i in range(7)]); json.dump(c, open(sys.argv[2],'w'))" \
+    "$M/$1/config.json" "$d/config.json"
+}
+
+# The state twins of the dirs make_models / make_chunk_models wrote (those that exist): KIND-state.
+make_state_models() {
+  for k in bf16 awq bf16-parallel awq-parallel; do [ -d "$M/$k" ] && link_state "$k" "$k-state"; done
+  true
+}
+
 # The $PRESET 4-bit model and its parallel dirs of one action and of 8 a chunk (issue 37: K = 1 vs K = 8 on the
 # same weights), without the bf16 dir make_models also writes.
 make_chunk_models() {

@@ -14,7 +14,8 @@
 // elements 16q..16q+15, mma step s uses elements 4s..4s+3 of those (a dot product does not depend on the order).
 //
 // 4-bit W (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16, as gemv.cu): gemm_w4_t32 / _t40
-// (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied). Written for the
+// (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied) / _t48 (41 or 33 real
+// rows: a model with a robot-state token). Written for the
 // few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A operand** (16 W
 // rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to 48) and each
 // dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i + 4 of a
@@ -463,4 +464,5 @@ GEMM_BF16(3, 48)
 GEMM_BF16(6, 96)
 GEMM_W4(4, 32, GEMM_MINB_W4)
 GEMM_W4(5, 40, GEMM_MINB_W4)
+GEMM_W4(6, 48, GEMM_MINB_W4)
 GEMM_W4(12, 96, GEMM_MINB_W4_T96)

@@ -6,7 +6,8 @@ GPU only. Criterion per chunk: at every decode step the action logits agree (cos
 tokens agree; a differing token is accepted only at a near-tie of the reference logits (then the rest
 of an autoregressive chunk is conditioned on different tokens and is not compared; a parallel chunk's rows
 condition on no token, so every row is compared). Parallel models planning 8 actions (K = 8: 64 action rows,
-a 96-row prefill) are compared row by row the same way.
+a 96-row prefill) are compared row by row the same way. Models with a robot-state input (the `-state` kinds: 7 joints'
+positions and velocities, 14 values, one state token after the frame) run each chunk with its own random state.
 """
 import os
 
@@ -33,6 +34,32 @@ KINDS = {"bf16": {}, "awq": {"quant": "awq"}, "ct-sym": {"quant": "compressed-te
          "bf16-parallel-k8": {"action_decoding": "parallel", "action_chunk": 8},
          "awq-parallel-k8": {"quant": "awq", "action_decoding": "parallel", "action_chunk": 8}}
 K8_KINDS = ["bf16-parallel-k8", "awq-parallel-k8"]
+# a robot-state input (DESIGN.md §17): 7 joints x (position, velocity) = 14 values (ALOHA's size), one state token
+STATE = {"state_joints": [f"joint_{i}" for i in range(7)], "state_fields": ["position", "velocity"]}
+STATE_KINDS = {"bf16-state": dict(STATE), "awq-state": {"quant": "awq", **STATE},
+               "bf16-parallel-state": {"action_decoding": "parallel", **STATE},
+               "awq-parallel-state": {"quant": "awq", "action_decoding": "parallel", **STATE},
+               "awq-parallel-k7-state": {"quant": "awq", "action_decoding": "parallel", "action_chunk": 7, **STATE}}
+KINDS.update(STATE_KINDS)
+
+
+def chunk_state(w, rng):
+    """A normalized state for one chunk of `w` (its projector's input, as Engine.normalized_state makes it), None for a
+    model without a state input; values across [-1, 1] with some clipped at the bounds."""
+    if not w.cfg.state_dim:
+        return None
+    from vla_edge_ros.model import ops
+
+    st = w.vision.state
+    raw = rng.uniform(st.low - 0.2 * (st.high - st.low), st.high + 0.2 * (st.high - st.low)).astype(np.float32)
+    return ops.normalize_state(raw, st.low, st.high)
+
+
+def run_both(gpu, ref, frame, plan, start, st):
+    """One chunk on each backend (collect_logits), the state passed when the model has one."""
+    kw = {} if st is None else {"state": st}
+    return (gpu.run_chunk(frame, plan, start, collect_logits=True, **kw),
+            ref.run_chunk(frame, plan, start, collect_logits=True, **kw))
 
 
 def cos(a, b):
@@ -114,7 +141,8 @@ def test_tiny_chunks_match_reference_through_evictions(tmp_path_factory, kind):
     assert gpu.weight_format == ("w4" if "quant" in KINDS[kind] else "bf16")
     assert gpu.parallel == ("parallel" in kind)
     ref = ReferenceModel(tiny, cap)
-    kv_g = KvCache(cap, P, make_policy("fifo"), action_tokens=tiny.cfg.action_tokens)
+    kv_g = KvCache(cap, P, make_policy("fifo"), action_tokens=tiny.cfg.action_tokens,
+                   state_tokens=tiny.cfg.state_tokens)
     gpu.load_prompt(prompt, kv_g.prompt_slots)
     ref.load_prompt(prompt, kv_g.prompt_slots)
     evictions = 0
@@ -123,8 +151,7 @@ def test_tiny_chunks_match_reference_through_evictions(tmp_path_factory, kind):
         evictions += len(plan.evicted)
         frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
         start = int(rng.integers(0, tiny.cfg.vocab_size))
-        rg = gpu.run_chunk(frame, plan, start, collect_logits=True)
-        rr = ref.run_chunk(frame, plan, start, collect_logits=True)
+        rg, rr = run_both(gpu, ref, frame, plan, start, chunk_state(tiny, rng))
         compare_chunk(rg, rr)
         assert rg.tokens.shape == (tiny.cfg.action_tokens,)
         kv_g.set_embedding(fid, rg.pooled)
@@ -190,7 +217,7 @@ def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo"):
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, w.cfg.vocab_size, P)
     gpu, ref = CudaBackend(w, cap), ReferenceModel(w, cap)
-    kv = KvCache(cap, P, make_policy(policy), action_tokens=w.cfg.action_tokens)
+    kv = KvCache(cap, P, make_policy(policy), action_tokens=w.cfg.action_tokens, state_tokens=w.cfg.state_tokens)
     gpu.load_prompt(prompt, kv.prompt_slots)
     ref.load_prompt(prompt, kv.prompt_slots)
     evictions, worst = 0, 1.0
@@ -200,8 +227,7 @@ def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo"):
         evictions += len(plan.evicted)
         frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
         start = int(rng.integers(0, w.cfg.vocab_size))
-        rg = gpu.run_chunk(frame, plan, start, collect_logits=True)
-        rr = ref.run_chunk(frame, plan, start, collect_logits=True)
+        rg, rr = run_both(gpu, ref, frame, plan, start, chunk_state(w, rng))
         worst = min(worst, compare_chunk(rg, rr))
         kv.set_embedding(fid, rr.pooled)
     assert gpu.peak_vram_bytes <= gpu.plan["total"]
@@ -233,6 +259,44 @@ def test_k8_action_chunks_match_reference_through_evictions(tmp_path_factory, sh
     worst, delta, evictions = run_through_evictions(w)
     print(f"{shape} {kind}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}, evictions {evictions}")
     assert evictions >= 3
+
+
+@pytest.mark.parametrize("kind", list(STATE_KINDS))
+@pytest.mark.parametrize("shape", ["0.5b", "1.5b"])
+def test_state_token_matches_reference_through_evictions(tmp_path_factory, shape, kind):
+    """A model with a robot-state input at the 0.5B and 1.5B shapes (2 layers, full vocabulary), every kind: the state
+    token (kernels/state.cu into the prefill row after the frame, causal like the frame, the action rows after it) and
+    a new random state every chunk, through fifo evictions (frame capacity (400-12-1-8)//32 = 11; with 7 actions
+    (400-12-1-56)//32 = 10, the 96-row prefill with zero rows): cosine >= 0.999 and max |delta| <= MAX_REL_DELTA at
+    every row."""
+    w = shaped_weights(tmp_path_factory, shape, kind)
+    assert w.cfg.state_dim == 14 and w.vision.state.trained
+    worst, delta, evictions = run_through_evictions(w)
+    print(f"{shape} {kind}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}, evictions {evictions}")
+    assert evictions >= 3
+
+
+@pytest.mark.parametrize("H,S", [(256, 1), (896, 14), (1536, 8), (2048, 64)])
+def test_state_kernel_matches_its_twin(H, S):
+    """kernels/state.cu (fc1 + exact GELU, fc2 by warps) against ops.state_project on bf16 weights: relative error
+    <= 1e-5 of the largest output (fp32 accumulation in another order; erff vs the twin's erf, 1.5e-7 apart)."""
+    from vla_edge_ros.cuda.kernels import Kernels
+    from vla_edge_ros.cuda.launch import state_project
+    from vla_edge_ros.model import ops
+    from vla_edge_ros.model.safetensors_io import bf16_to_f32, f32_to_bf16
+
+    rng = np.random.default_rng(H + S)
+    parts = (rng.standard_normal((H, S)) / np.sqrt(S), rng.standard_normal(H) * 0.1,
+             rng.standard_normal((H, H)) / np.sqrt(H), rng.standard_normal(H) * 0.1)
+    w = [f32_to_bf16(a.astype(np.float32)) for a in parts]
+    s = rng.uniform(-1, 1, S).astype(np.float32)
+    want = ops.state_project(s, *(bf16_to_f32(a) for a in w))
+    hidden, x = cp.zeros(H, cp.float32), cp.full(H, np.nan, cp.float32)
+    state_project(Kernels(), cp.asarray(s), *(cp.asarray(a) for a in w), S, H, hidden, x)
+    got = cp.asnumpy(x)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    print(f"state kernel H {H} S {S}: max |delta| / max |want| {err:.2e}")
+    assert np.isfinite(got).all() and err <= 1e-5
 
 
 @pytest.mark.parametrize("shape,kind", [("0.5b", "bf16"), ("0.5b", "awq-parallel"), ("3b", "awq"),
@@ -340,7 +404,8 @@ def test_unsupported_shape_refused_at_start(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8"])
+@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8", "bf16-state",
+                                  "awq-parallel-state"])
 def test_qwen05b_full_depth_matches_reference_and_hf(tmp_path_factory, kind):
     """The 0.5B at full depth (24 layers), one chunk at 4096 slots: as the 1.5B test below."""
     d = os.environ.get("VLA_EDGE_05B_DIR_" + kind.upper().replace("-", "_"))
@@ -351,7 +416,8 @@ def test_qwen05b_full_depth_matches_reference_and_hf(tmp_path_factory, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8"])
+@pytest.mark.parametrize("kind", ["bf16", "awq", "bf16-parallel", "awq-parallel", "awq-parallel-k8", "bf16-state",
+                                  "awq-parallel-state"])
 def test_qwen15b_plan_fits_8gib_and_matches_reference_and_hf(tmp_path_factory, kind):
     """1.5B shape, one chunk: CUDA vs the NumPy reference of the same model at every step (logits cosine >= 0.999);
     autoregressive bf16 also vs HF transformers fp32 (teacher-forced with the GPU's tokens)."""
@@ -370,25 +436,26 @@ def full_chunk_vs_reference_and_hf(big, kind, label):
     slots = np.arange(P, dtype=np.int32)
     gpu.load_prompt(prompt, slots)
     n_prefix, A = P, w.cfg.action_tokens
-    order = np.arange(P + 32 + A, dtype=np.int32)  # no eviction: positions == HF positions
+    order = np.arange(P + 32 + w.cfg.state_tokens + A, dtype=np.int32)  # no eviction: positions == HF positions
     frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
     start = int(w.cfg.vocab_size - 300)
-    rg = gpu.run_chunk(frame, _plan(order, n_prefix, A), start, collect_logits=True)
+    st = chunk_state(w, rng)
     ref = ReferenceModel(w, cap)
     ref.load_prompt(prompt, slots)
-    rr = ref.run_chunk(frame, _plan(order, n_prefix, A), start, collect_logits=True)
+    rg, rr = run_both(gpu, ref, frame, _plan(order, n_prefix, A), start, st)
     compare_chunk.max_delta = 0.0
     worst_ref = compare_chunk(rg, rr, max_rel_delta=FULL_DEPTH_MAX_REL_DELTA)
     print(f"{label} {kind}: worst logits cosine vs reference {worst_ref:.6f}, max |delta| / max |ref| "
           f"{compare_chunk.max_delta:.2e}, VRAM plan {gpu.plan['total'] / GIB:.3f} GiB")
-    if kind != "bf16":
+    if kind not in ("bf16", "bf16-state"):
         return
-    # HF transformers (fp32 on the GPU) on the same weights, teacher-forced with the GPU's tokens
+    # HF transformers (fp32 on the GPU) on the same weights, teacher-forced with the GPU's tokens; with a state input
+    # the golden model's state token sits after the frame (HF runs the transformer; the projector is the golden one)
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     model = transformers.AutoModelForCausalLM.from_pretrained(big, dtype=torch.float32).cuda().eval()
     emb = ref.embed
-    seq = np.concatenate([emb[prompt], ref.vision(frame), emb[[start, *rg.tokens[:-1]]]]).astype(np.float32)
+    seq = np.concatenate([emb[prompt], ref.frame_rows(frame, st), emb[[start, *rg.tokens[:-1]]]]).astype(np.float32)
     with torch.no_grad():
         out = model(inputs_embeds=torch.from_numpy(seq)[None].cuda()).logits[0, -ACTION_TOKENS:, -256:]
     hf = out.float().cpu().numpy()

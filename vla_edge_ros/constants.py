@@ -11,6 +11,8 @@ PATCH_DIM = PATCH * PATCH * FRAME_C  # 768, flattened (row, col, channel) inside
 ACTION_TOKENS = 8  # tokens of one action (its 8 dimensions): decode passes per chunk, one transient KV slot each
 MAX_ACTION_CHUNK = 8  # actions a parallel chunk may plan (vla_action_chunk K: K x 8 action tokens in one pass)
 ACTION_VOCAB = 256  # the last 256 ids of the vocabulary (OpenVLA convention)
+MAX_STATE_DIM = 64  # the robot-state vector a model may take (OpenVLA-OFT: 8 on LIBERO, 14 on ALOHA; pi0 pads to 32)
+STATE_FIELDS = ("position", "velocity")  # the sensor_msgs/JointState fields a state vector may read
 
 # The design's defaults (DESIGN.md §1): the node's parameters, the tools' options and the core's keyword
 # defaults all read them from here.

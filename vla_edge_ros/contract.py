@@ -29,12 +29,15 @@ from .constants import ACTION_TOKENS, VISION_TOKENS
 
 @dataclass
 class ChunkPlan:
-    order: np.ndarray  # int32 [n_prefix + 32 + A] (A = 8 K action tokens); position of order[i] is i
+    order: np.ndarray  # int32 [n_prefix + 32 + S + A] (A = 8 K action tokens, S state); position of order[i] is i
     n_prefix: int  # prompt + retained older frames, in tokens
     frame_slots: np.ndarray  # int32 [32] == order[n_prefix:n_prefix+32]
     action_slots: np.ndarray  # int32 [A] == order[-A:]
     frame_id: int
     evicted: list[int] = field(default_factory=list)  # frame ids evicted to make room (or by the window)
+    # int32 [S] == order[n_prefix+32:n_prefix+32+S]: the robot state's transient slot, between the frame and the
+    # action slots (S = 1 for a model with a state input, else 0)
+    state_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
 
 
 @dataclass
@@ -78,8 +81,9 @@ class Backend(Protocol):
         """Run the system prompt through the model into its pinned slots."""
 
     def run_chunk(self, frame: np.ndarray, plan: ChunkPlan, start_token: int,
-                  collect_logits: bool = False) -> BackendResult:
-        """Vision -> cache insert -> prefill (-> decode) -> 8 K action tokens, for one frame."""
+                  collect_logits: bool = False, state: np.ndarray | None = None) -> BackendResult:
+        """Vision -> cache insert -> prefill (-> decode) -> 8 K action tokens, for one frame; `state`: the normalized
+        robot state (float32 [S], ops.normalize_state) of a model with a state input, its token in plan.state_slots."""
 
 
 class EngineProtocol(Protocol):

@@ -27,6 +27,7 @@ from .eviction import make_policy
 from .gpu import cuda_available
 from .instruction import InstructionError, PromptBuilder
 from .model.checkpoint import load_config, load_model
+from .model import ops
 from .model.tokenizer import load_tokenizer
 from .model.weights import Weights
 from .realtime import set_realtime_priority
@@ -128,7 +129,8 @@ class Engine:
         self.prompts = PromptBuilder(self.tokenizer, cfg.vocab_size, self.capacity, DEFAULT_SYSTEM_PROMPT,
                                      system_prompt_ids(self.model_dir, cfg.vocab_size, tokenizer=self.tokenizer),
                                      instruction_template,
-                                     max_instruction_tokens, action_tokens=cfg.action_tokens)
+                                     max_instruction_tokens, action_tokens=cfg.action_tokens,
+                                     state_tokens=cfg.state_tokens)
         self.instruction_error = None  # why the start-up instruction was refused (the default prompt runs instead)
         try:
             self.instruction = self.prompts.build(instruction, "start")
@@ -151,7 +153,7 @@ class Engine:
 
     def _new_cache(self) -> KvCache:
         return KvCache(self.capacity, len(self.prompt_ids), make_policy(self.policy_name, self.window_frames),
-                       action_tokens=self.cfg.action_tokens)
+                       action_tokens=self.cfg.action_tokens, state_tokens=self.cfg.state_tokens)
 
     @property
     def backend_name(self) -> str:
@@ -174,10 +176,32 @@ class Engine:
 
     @property
     def phase_tokens(self) -> tuple[int, int]:
-        """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts (parallel: 32 + 8 K)."""
+        """(prefill tokens, decode tokens) of one chunk: what the admission estimate counts (parallel: 32 + 8 K; the
+        state token of a model with a state input is one more prefill token)."""
         if self.cfg.parallel:
-            return VISION_TOKENS + self.cfg.action_tokens, 0
-        return VISION_TOKENS, ACTION_TOKENS
+            return VISION_TOKENS + self.cfg.transient_tokens, 0
+        return VISION_TOKENS + self.cfg.state_tokens, ACTION_TOKENS
+
+    @property
+    def state_dim(self) -> int:
+        """Values of the robot state this model takes a chunk (0: none; config.json vla_state_dim)."""
+        return self.cfg.state_dim
+
+    def normalized_state(self, state) -> np.ndarray | None:
+        """The backend's state input: `state` (float32 [S], the raw values in the model's order) normalized by the
+        checkpoint's bounds; None for a model without a state input. A missing, mis-sized or non-finite state raises
+        ValueError: the model never runs on a state it did not get."""
+        if not self.cfg.state_dim:
+            if state is not None:
+                raise ValueError("this model has no state input (vla_state_dim 0), but a state was given")
+            return None
+        x = None if state is None else np.asarray(state, np.float32)
+        got = "none" if x is None else f"shape {x.shape}" if x.shape != (self.cfg.state_dim,) else \
+            None if np.isfinite(x).all() else "non-finite values"
+        if got is not None:
+            raise ValueError(f"this model needs a finite robot state of {self.cfg.state_dim} values, got {got}")
+        st = self.weights.vision.state
+        return ops.normalize_state(x, st.low, st.high)
 
     def set_worker_priority(self, priority: int) -> str | None:
         """Run the worker thread at SCHED_FIFO `priority` (0: leave it). Returns None or why it was refused.
@@ -192,10 +216,13 @@ class Engine:
     def busy(self) -> bool:
         return self._busy.is_set()
 
-    def run_chunk(self, frame: np.ndarray, collect_logits: bool = False) -> ChunkResult:
+    def run_chunk(self, frame: np.ndarray, collect_logits: bool = False, state=None) -> ChunkResult:
+        """One chunk on the calling thread. `state`: the robot state (float32 [state_dim], raw values in the model's
+        order) for a model with a state input, None otherwise."""
         if not isinstance(frame, np.ndarray) or frame.shape != (FRAME_H, FRAME_W, FRAME_C) or frame.dtype != np.uint8:
             raise ValueError(f"frame must be a uint8 array {(FRAME_H, FRAME_W, FRAME_C)}, got "
                              f"{getattr(frame, 'dtype', type(frame))} {getattr(frame, 'shape', '')}")
+        state_in = self.normalized_state(state)
         with self._chunk_lock:
             frame_id = self._next_frame_id
             self._next_frame_id += 1
@@ -204,6 +231,8 @@ class Engine:
                 if self.fault_hook is not None:
                     self.fault_hook(plan)
                 kwargs = {"collect_logits": True} if collect_logits else {}
+                if state_in is not None:
+                    kwargs["state"] = state_in
                 r = self.backend.run_chunk(frame, plan, self.start_token, **kwargs)
                 check_finite(r)
             except BaseException:
@@ -218,11 +247,12 @@ class Engine:
                                cache_tokens=len(plan.order), backend=self.backend.name, logits=r.logits,
                                actions=actions)
 
-    def submit(self, frame: np.ndarray) -> concurrent.futures.Future:
+    def submit(self, frame: np.ndarray, state=None) -> concurrent.futures.Future:
         """Run a chunk on the worker thread. The engine is `busy` until that chunk finishes, even if the
         caller stopped waiting for it."""
-        # a copy: the caller's buffer may be reused before the worker reads it
-        return self._on_worker(lambda f=np.array(frame, copy=True): self.run_chunk(f))
+        # copies: the caller's buffers may be reused before the worker reads them
+        s = None if state is None else np.array(state, np.float32, copy=True)
+        return self._on_worker(lambda f=np.array(frame, copy=True): self.run_chunk(f, state=s))
 
     def _on_worker(self, fn) -> concurrent.futures.Future:
         """`fn()` on the worker thread, the engine `busy` until it returns; refused while busy."""
@@ -272,7 +302,9 @@ class Engine:
         """Compile, capture and run a few dry chunks so timings start from steady state; then forget
         those frames so the live stream starts with an empty history."""
         rng = np.random.default_rng(seed)
-        timings = [self.run_chunk(rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)).timings
+        st = self.weights.vision.state
+        timings = [self.run_chunk(rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8),
+                                  state=None if st is None else rng.uniform(st.low, st.high).astype(np.float32)).timings
                    for _ in range(chunks)]
         with self._chunk_lock:
             self.cache = self._new_cache()
@@ -284,6 +316,7 @@ class Engine:
         s["weights"] = self.weight_format
         s["action_decoding"] = self.action_decoding
         s["action_chunk"] = self.action_chunk
+        s["state_dim"] = self.state_dim
         s["prompt_tokens"] = int(len(self.prompt_ids))
         s["instruction_tokens"] = int(self.instruction.instruction_tokens)
         peak = getattr(self.backend, "peak_vram_bytes", None)

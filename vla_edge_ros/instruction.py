@@ -110,11 +110,12 @@ class PromptBuilder:
 
     def __init__(self, tokenizer, vocab_size: int, capacity: int, system_prompt: str, default_ids: np.ndarray,
                  template: str = "auto", max_instruction_tokens: int = 256, render_budget_s: float = RENDER_BUDGET_S,
-                 action_tokens: int = ACTION_TOKENS):
+                 action_tokens: int = ACTION_TOKENS, state_tokens: int = 0):
         if template not in TEMPLATES:
             raise InstructionError(f"instruction_template {template!r} must be one of {', '.join(TEMPLATES)}")
         self.tokenizer, self.capacity = tokenizer, int(capacity)
         self.action_tokens = int(action_tokens)  # the model's transient action slots (K x 8 with action chunks)
+        self.state_tokens = int(state_tokens)  # and its state slot (1 with a state input)
         self.limit = int(vocab_size) - ACTION_VOCAB - 1  # ids at or above: the start token and the action range
         self.system_prompt = system_prompt
         self.default_ids = np.asarray(default_ids, np.int32)
@@ -155,9 +156,10 @@ class PromptBuilder:
         ids = np.asarray(tok.encode(prompt), np.int32)
         if (ids >= self.limit).any() or (ids < 0).any():
             raise InstructionError("the prompt encodes to ids in the action range or the start token")
-        need = min_capacity(len(ids), action_tokens=self.action_tokens)
+        need = min_capacity(len(ids), action_tokens=self.action_tokens, state_tokens=self.state_tokens)
         if need > self.capacity:
-            raise InstructionError(f"the {len(ids)}-token prompt + one {VISION_TOKENS}-token frame + "
+            state = f"{self.state_tokens} state token + " if self.state_tokens else ""
+            raise InstructionError(f"the {len(ids)}-token prompt + one {VISION_TOKENS}-token frame + {state}"
                                    f"{self.action_tokens} "
                                    f"action tokens need {need} KV slots, more than kv_capacity_tokens="
                                    f"{self.capacity}")

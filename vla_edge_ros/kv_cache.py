@@ -5,9 +5,10 @@
 The cache has `capacity` slots per layer, laid out once:
 
     [0, P)              system prompt, never evicted
-    [P, P+A)            transient action slots, overwritten every chunk (A = `action_tokens`: 8, or K x 8 for
+    [P, P+S)            the transient state slot of a model with a robot-state input (S = `state_tokens`: 1, else 0)
+    [P+S, P+S+A)        transient action slots, overwritten every chunk (A = `action_tokens`: 8, or K x 8 for
                         a model that plans K actions in one parallel pass)
-    [P+A, ...)          `frame_capacity` = (capacity - P - A) // 32 blocks of 32 contiguous slots, one frame each
+    [P+S+A, ...)        `frame_capacity` = (capacity - P - S - A) // 32 blocks of 32 contiguous slots, one frame each
     (tail)              leftover slots too few for a block, never used
 
 This module only moves integers: it decides which slots a chunk writes and in which order attention
@@ -24,25 +25,29 @@ from .contract import ChunkPlan  # noqa: F401 - re-exported: kv_cache makes the 
 from .eviction import EvictionPolicy
 
 
-def min_capacity(prompt_tokens: int, frame_tokens: int = VISION_TOKENS, action_tokens: int = ACTION_TOKENS) -> int:
-    """The one capacity rule: the smallest cache that holds the prompt, the action slots and one frame block."""
-    return int(prompt_tokens) + int(action_tokens) + int(frame_tokens)
+def min_capacity(prompt_tokens: int, frame_tokens: int = VISION_TOKENS, action_tokens: int = ACTION_TOKENS,
+                 state_tokens: int = 0) -> int:
+    """The one capacity rule: the smallest cache that holds the prompt, the state and action slots and one frame
+    block."""
+    return int(prompt_tokens) + int(state_tokens) + int(action_tokens) + int(frame_tokens)
 
 
 def capacity_problem(capacity: int, prompt_tokens: int, label: str | None = None,
-                     action_tokens: int = ACTION_TOKENS) -> str | None:
+                     action_tokens: int = ACTION_TOKENS, state_tokens: int = 0) -> str | None:
     """None when `capacity` slots hold a `prompt_tokens` prompt (min_capacity), else one line; `label` names the
     value (default ``kv_capacity_tokens=<capacity>``, a tool's option e.g. ``--capacity <capacity>``);
-    `action_tokens`: the model's transient action slots (ModelConfig.action_tokens: K x 8)."""
-    need = min_capacity(prompt_tokens, action_tokens=action_tokens)
+    `action_tokens` / `state_tokens`: the model's transient slots (ModelConfig.action_tokens: K x 8; state_tokens)."""
+    need = min_capacity(prompt_tokens, action_tokens=action_tokens, state_tokens=state_tokens)
     if capacity >= need:
         return None
+    state = f" + {state_tokens} state token" if state_tokens else ""
     return (f"{label or f'kv_capacity_tokens={capacity}'} is too small: the {prompt_tokens}-token prompt + one "
-            f"{VISION_TOKENS}-token frame + {action_tokens} action tokens need {need}")
+            f"{VISION_TOKENS}-token frame{state} + {action_tokens} action tokens need {need}")
 
 
 _PROMPT = -2  # owner tags in check_invariants' slot map; frame ids are >= 0
 _ACTION = -3
+_STATE = -4
 _FREE = -1
 
 
@@ -54,27 +59,32 @@ class KvCache:
         policy: EvictionPolicy,
         frame_tokens: int = VISION_TOKENS,
         action_tokens: int = ACTION_TOKENS,
+        state_tokens: int = 0,
     ):
-        if prompt_tokens < 0 or frame_tokens < 1 or action_tokens < 0:
+        if prompt_tokens < 0 or frame_tokens < 1 or action_tokens < 0 or state_tokens not in (0, 1):
             raise ValueError(
-                f"need prompt_tokens >= 0, frame_tokens >= 1, action_tokens >= 0; got "
-                f"{prompt_tokens}, {frame_tokens}, {action_tokens}"
+                f"need prompt_tokens >= 0, frame_tokens >= 1, action_tokens >= 0, state_tokens 0 or 1; got "
+                f"{prompt_tokens}, {frame_tokens}, {action_tokens}, {state_tokens}"
             )
-        needed = min_capacity(prompt_tokens, frame_tokens, action_tokens)
+        needed = min_capacity(prompt_tokens, frame_tokens, action_tokens, state_tokens)
         if capacity_tokens < needed:
             raise ValueError(
-                f"kv capacity {capacity_tokens} tokens is too small: prompt {prompt_tokens} + "
+                f"kv capacity {capacity_tokens} tokens is too small: prompt {prompt_tokens} + state {state_tokens} + "
                 f"action {action_tokens} + one frame {frame_tokens} needs at least {needed}"
             )
         self.capacity = capacity_tokens
         self.prompt_tokens = prompt_tokens
         self.frame_tokens = frame_tokens
         self.action_tokens = action_tokens
+        self.state_tokens = state_tokens
+        self.transient_tokens = state_tokens + action_tokens
         self.policy = policy
 
         self.prompt_slots = np.arange(prompt_tokens, dtype=np.int32)
-        self.action_slots = np.arange(prompt_tokens, prompt_tokens + action_tokens, dtype=np.int32)
-        first_block_slot = prompt_tokens + action_tokens
+        self.state_slots = np.arange(prompt_tokens, prompt_tokens + state_tokens, dtype=np.int32)
+        self.action_slots = np.arange(prompt_tokens + state_tokens, prompt_tokens + self.transient_tokens,
+                                      dtype=np.int32)
+        first_block_slot = prompt_tokens + self.transient_tokens
         self.frame_capacity = (capacity_tokens - first_block_slot) // frame_tokens
         # Row b holds block b's slots, so a plan's order is one fancy-index + concatenate.
         self._block_slots = (
@@ -117,7 +127,8 @@ class KvCache:
 
         frame_slots = self._block_slots[block]
         order = np.concatenate(
-            [self.prompt_slots, self._block_slots[older_blocks].ravel(), frame_slots, self.action_slots]
+            [self.prompt_slots, self._block_slots[older_blocks].ravel(), frame_slots, self.state_slots,
+             self.action_slots]
         )
         n_prefix = self.prompt_tokens + len(older_blocks) * self.frame_tokens
         plan = ChunkPlan(
@@ -125,6 +136,7 @@ class KvCache:
             n_prefix=n_prefix,
             frame_slots=order[n_prefix:n_prefix + self.frame_tokens],
             action_slots=order[len(order) - self.action_tokens:],
+            state_slots=order[n_prefix + self.frame_tokens:n_prefix + self.frame_tokens + self.state_tokens],
             frame_id=frame_id,
             evicted=evicted,
         )
@@ -180,7 +192,7 @@ class KvCache:
         frames = len(self._block_of)
         return {
             "capacity": self.capacity,
-            "used_tokens": self.prompt_tokens + self.action_tokens + frames * self.frame_tokens,
+            "used_tokens": self.prompt_tokens + self.transient_tokens + frames * self.frame_tokens,
             "frames_retained": frames,
             "frame_capacity": self.frame_capacity,
             "evictions_total": self.evictions_total,
@@ -192,13 +204,15 @@ class KvCache:
         """Raise AssertionError if the slot bookkeeping is inconsistent (for tests and debugging)."""
         cap, n_prompt = self.capacity, self.prompt_tokens
         assert np.array_equal(self.prompt_slots, np.arange(n_prompt)), "prompt slots moved"
+        assert np.array_equal(self.state_slots, np.arange(n_prompt, n_prompt + self.state_tokens)), "state slot moved"
         assert np.array_equal(
-            self.action_slots, np.arange(n_prompt, n_prompt + self.action_tokens)
+            self.action_slots, np.arange(n_prompt + self.state_tokens, n_prompt + self.transient_tokens)
         ), "action slots moved"
 
         owner = np.full(cap, _FREE, dtype=np.int64)
         owner[self.prompt_slots] = _PROMPT
         owner[self.action_slots] = _ACTION
+        owner[self.state_slots] = _STATE
         retained = self.retained()
         assert retained == sorted(set(retained)), f"retention order not oldest->newest: {retained}"
         for frame_id, block in self._block_of.items():
@@ -214,7 +228,7 @@ class KvCache:
         assert sorted(used_blocks + free_blocks) == list(range(self.frame_capacity)), "a block was lost"
         for block in free_blocks:
             assert np.all(owner[self._block_slots[block]] == _FREE), f"free block {block} has an owner"
-        tail_start = n_prompt + self.action_tokens + self.frame_capacity * self.frame_tokens
+        tail_start = n_prompt + self.transient_tokens + self.frame_capacity * self.frame_tokens
         assert tail_start <= cap and np.all(owner[tail_start:] == _FREE), "slots beyond the blocks in use"
 
         assert len(retained) <= self.frame_capacity, "more frames than blocks"
@@ -230,12 +244,15 @@ class KvCache:
         assert len(np.unique(order)) == len(order), "a slot appears twice in order"
         assert order.min(initial=0) >= 0 and order.max(initial=0) < cap, "order slot out of range"
         assert len(order) - 1 < cap, "position beyond capacity"
-        assert plan.n_prefix == len(order) - self.frame_tokens - self.action_tokens
+        assert plan.n_prefix == len(order) - self.frame_tokens - self.transient_tokens
         assert np.array_equal(order[:n_prompt], self.prompt_slots), "order does not start with the prompt"
         assert np.array_equal(plan.frame_slots, order[plan.n_prefix:plan.n_prefix + self.frame_tokens])
         assert np.array_equal(plan.action_slots, order[len(order) - self.action_tokens:])
         assert np.array_equal(plan.action_slots, self.action_slots)
+        assert np.array_equal(plan.state_slots, self.state_slots)
+        assert np.array_equal(order[plan.n_prefix + self.frame_tokens:len(order) - self.action_tokens],
+                              self.state_slots), "the state slot is not between the frame and the action slots"
         # Layout only changes in plan_frame, so the last plan must still describe the cache exactly.
         assert plan.frame_id == retained[-1], "last planned frame is not the newest retained"
         expected_frames = [self._block_slots[self._block_of[f]] for f in retained]
-        assert np.array_equal(order[n_prompt:len(order) - self.action_tokens], np.concatenate(expected_frames))
+        assert np.array_equal(order[n_prompt:len(order) - self.transient_tokens], np.concatenate(expected_frames))

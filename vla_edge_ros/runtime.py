@@ -189,7 +189,10 @@ class Runtime:
                                    instruction_min_cycles=s.instruction_min_interval_cycles, plan=plan)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
-            fit = s.kv_capacity_tokens - min_capacity(len(getattr(engine, "prompt_ids", ())))
+            cfg = getattr(engine, "cfg", None)
+            fit = s.kv_capacity_tokens - min_capacity(len(getattr(engine, "prompt_ids", ())),
+                                                      action_tokens=getattr(cfg, "action_tokens", ACTION_TOKENS),
+                                                      state_tokens=getattr(cfg, "state_tokens", 0))
             if getattr(engine, "prompts", None) is not None and s.max_instruction_tokens > fit > 0:
                 warn(f"max_instruction_tokens={s.max_instruction_tokens} does not fit kv_capacity_tokens="
                      f"{s.kv_capacity_tokens}: instructions of more than about {fit} tokens will be refused")
@@ -398,9 +401,9 @@ def resolve_model(model_path: str | None, settings) -> str:
         values["model_path"] = model_path
     values = validate_reasoning(values)
     path = values["model_path"] or generated_model("tiny", 0)  # validate_reasoning: empty only with make_tiny_model
-    chunk = model_action_chunk(path)
+    chunk, state_tokens = model_action_chunk(path), model_state_tokens(path)
     validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path),
-                       action_tokens=ACTION_TOKENS * chunk)
+                       action_tokens=ACTION_TOKENS * chunk, state_tokens=state_tokens)
     problems = check_plan_settings(values["chunk_execute"], values["chunk_blend"], values["chunk_blend_weight"], chunk)
     if problems:
         from .settings import ParamError
@@ -418,6 +421,16 @@ def model_action_chunk(path: str) -> int:
         return int(getattr(load_config(path), "action_chunk", 1))
     except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
         return 1
+
+
+def model_state_tokens(path: str) -> int:
+    """The state token of the model at `path` (1 with a state input, else 0; 0 when its config cannot be read)."""
+    from .model.checkpoint import load_config
+
+    try:
+        return int(getattr(load_config(path), "state_tokens", 0))
+    except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
+        return 0
 
 
 def engine_action_chunk(engine) -> int:

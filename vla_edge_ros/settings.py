@@ -273,16 +273,19 @@ def check_specs(values: dict[str, Any], specs) -> list[str]:
     return problems
 
 
-def check_capacity(capacity: int, prompt_tokens: int, action_tokens: int = ACTION_TOKENS) -> list[str]:
-    """The capacity rule (kv_cache.capacity_problem) as a problem list; `action_tokens`: the model's (K x 8)."""
-    problem = capacity_problem(capacity, prompt_tokens, action_tokens=action_tokens)
+def check_capacity(capacity: int, prompt_tokens: int, action_tokens: int = ACTION_TOKENS,
+                   state_tokens: int = 0) -> list[str]:
+    """The capacity rule (kv_cache.capacity_problem) as a problem list; `action_tokens`: the model's (K x 8),
+    `state_tokens` its state token (1 with a state input)."""
+    problem = capacity_problem(capacity, prompt_tokens, action_tokens=action_tokens, state_tokens=state_tokens)
     return [problem] if problem else []
 
 
 def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0,
-                       action_tokens: int = ACTION_TOKENS) -> dict[str, Any]:
+                       action_tokens: int = ACTION_TOKENS, state_tokens: int = 0) -> dict[str, Any]:
     """All start-up checks of the reasoning node. Returns the values; raises ParamError (one message).
-    `prompt_tokens` / `action_tokens`: the model's prompt and transient action slots, for the capacity rule."""
+    `prompt_tokens` / `action_tokens` / `state_tokens`: the model's prompt and transient slots, for the capacity
+    rule."""
     v = defaults(REASONING_SPECS)
     v.update(values)
     problems = check_specs(v, REASONING_SPECS)
@@ -297,7 +300,7 @@ def validate_reasoning(values: dict[str, Any], prompt_tokens: int = 0,
     if bad:
         problems.append(f"twist_map entries must be -1 or an action index 0..{ACTION_TOKENS - 1}, got {bad}")
     if isinstance(v["kv_capacity_tokens"], int):
-        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens, action_tokens)
+        problems += check_capacity(v["kv_capacity_tokens"], prompt_tokens, action_tokens, state_tokens)
     if not v["model_path"] and not v["make_tiny_model"]:
         problems.append(
             "model_path is empty: set model_path:=<model dir> (vla-edge-make-model --preset tiny --out DIR "

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
+from .constants import (ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, GROUP_SIZE, MAX_STATE_DIM, PATCH_DIM,
+                        VISION_TOKENS)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -23,6 +24,7 @@ H100_SMS = 132  # the SM count used when none is given (H100/H200); it only size
 # decode attention splits: two 32-key tiles a block at a full 4096-slot cache (measured on the H200: 64 beat 128, 32,
 # 16 and 8; BENCHMARKS.md, issue 18)
 DECODE_SPLITS = 64
+PREFILL_ROWS_MAX = 96  # the largest prefill GEMM instance (kernels/gemm.cu): 32 vision rows + 64 action queries
 MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
 TEXT_ROWS_ALIGN = 128  # the full LM head of text_logits is padded to this many rows (the bf16 prefill GEMM's block)
 ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
@@ -49,7 +51,7 @@ def cuda_shape_problems(cfg) -> list[str]:
     """Why the CUDA kernels cannot run this config (empty when they can). Every published Qwen2 / Qwen2.5 size up to
     3B runs (hidden 896 / 1536 / 2048, head_dim 64 or 128, GQA 7:1 / 6:1 / 8:1, FFN 4864 / 8960 / 11008): head_dim 64
     or 128, hidden and FFN multiples of 128 with hidden <= 2048, q/k/v and o widths multiples of 128, at most 16 query
-    heads per KV head."""
+    heads per KV head; a parallel chunk of at most 96 prefill rows (8 actions, or 7 with a state token)."""
     H, I, D = int(cfg.hidden_size), int(cfg.intermediate_size), int(cfg.head_dim)
     NH, NKV = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
     q = SHAPE_QUANTUM
@@ -67,6 +69,11 @@ def cuda_shape_problems(cfg) -> list[str]:
             problems.append(f"q/k/v width {(NH + 2 * NKV) * D} / attention width {NH * D} must be multiples of {q}")
         if (NH // NKV) * VISION_TOKENS > 64 * 8:
             problems.append("more than 16 query heads per KV head")
+    S, A = int(getattr(cfg, "state_tokens", 0)), int(getattr(cfg, "action_tokens", ACTION_TOKENS))
+    if getattr(cfg, "parallel", False) and VISION_TOKENS + S + A > PREFILL_ROWS_MAX:
+        problems.append(f"{A // ACTION_TOKENS} actions a chunk with a state token make {VISION_TOKENS + S + A} prefill "
+                        f"rows, over the prefill GEMM's {PREFILL_ROWS_MAX} (with a state input at most "
+                        f"{(PREFILL_ROWS_MAX - VISION_TOKENS - S) // ACTION_TOKENS} actions a chunk)")
     return problems
 
 
@@ -84,11 +91,15 @@ def io_bytes(hidden: int, capacity: int, action_tokens: int = ACTION_TOKENS) -> 
 
 
 def in_layout(hidden: int, capacity: int) -> tuple[dict[str, int], int]:
+    """Byte offsets of the input block: the frame, the order table, the params, the start token's row and the
+    normalized robot state (float32, room for MAX_STATE_DIM values whether the model takes one or not)."""
     frame = FRAME_H * FRAME_W * FRAME_C
     o_order = _align(frame)
     o_params = _align(o_order + 4 * capacity)
     o_start = _align(o_params + 16)
-    return {"frame": 0, "order": o_order, "params": o_params, "start": o_start}, _align(o_start + 2 * hidden)
+    o_state = _align(o_start + 2 * hidden)
+    return ({"frame": 0, "order": o_order, "params": o_params, "start": o_start, "state": o_state},
+            _align(o_state + 4 * MAX_STATE_DIM))
 
 
 def out_layout(hidden: int, action_tokens: int = ACTION_TOKENS) -> tuple[dict[str, int], int]:
@@ -106,9 +117,10 @@ def linear_bytes(n: int, k: int, quantized: bool) -> int:
 
 def prefill_rows(tokens: int) -> int:
     """Rows of the prefill buffers for ``tokens`` real rows: a row count kernels/gemm.cu has an instance for. 32 (the
-    vision tokens alone); 48 for one parallel action (32 + 8: the 4-bit body multiplies the 40 real rows, the bf16 one
-    8 zero rows too); 96 for 2..8 actions (32 + 8 K; K < 8 pads with zero rows: one more instance, not seven)."""
-    for rows, most in ((32, 32), (48, 40), (96, 96)):
+    vision tokens alone); 48 for 33 (+ the state token) and for one parallel action (32 + 8, + 1 with a state: the
+    4-bit body multiplies the 40 or 48 rows, the bf16 one zero rows too); 96 for 2..8 actions (32 + 8 K; K < 8 pads
+    with zero rows: one more instance, not seven)."""
+    for rows, most in ((32, 32), (48, 41), (PREFILL_ROWS_MAX, PREFILL_ROWS_MAX)):
         if tokens <= most:
             return rows
     raise ValueError(f"{tokens} prefill tokens: the prefill GEMM has instances for up to 96 rows")
@@ -118,7 +130,7 @@ def prefill_rows(tokens: int) -> int:
 class Layout:
     rows: int  # prefill GEMM rows (prefill_rows): 32, 48 (32 vision + 8 parallel action queries + 8 zero rows) or
     # 96 (32 vision + 8 K action queries of K = 2..8 actions, zero rows to 96)
-    tokens: int  # prefill tokens: 32, or 32 + 8 K with parallel action decoding
+    tokens: int  # prefill tokens: 32, or 32 + 8 K with parallel action decoding; + 1 (the state) with a state input
     decode_passes: int  # 8 (autoregressive) or 0 (parallel)
     decode_splits: int
     prefill_splits: int
@@ -157,7 +169,8 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     NQKV = NQ + 2 * NKVD
     parallel, quant = cfg.parallel, cfg.weight_format == "w4"
     A = int(getattr(cfg, "action_tokens", ACTION_TOKENS))  # 8 K action tokens
-    tokens = VISION_TOKENS + (A if parallel else 0)
+    S = int(getattr(cfg, "state_tokens", 0))  # the state's token (1 with a state input)
+    tokens = VISION_TOKENS + S + (A if parallel else 0)
     rows = prefill_rows(tokens)
     # the head: one launch over the K x 8 action rows when K > 1, a ticket a row; one action (8 launches, or a
     # decode pass's one) shares one ticket
@@ -175,6 +188,8 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
         "xdec": ((H,), "float32"), "qdec": ((NQ,), "float32"), "attdec": ((NQ,), "float32"),
         "act": ((I,), "float32"), "logits": ((A, ACTION_VOCAB), "float32"), "ticket": ((tickets,), "int32"),
     }
+    if S:
+        activations["state_hidden"] = ((H,), "float32")  # GELU(fc1 s), read by kernels/state.cu's fc2
     workspace = {
         "part_o": ((parts_rows * D,), "float32"), "part_ml": ((parts_rows * 2,), "float32"),
         "cos": ((cap, D // 2), "float32"), "sin": ((cap, D // 2), "float32"),
@@ -189,7 +204,8 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     head_rows = 2 * ACTION_VOCAB * H * (1 if cfg.tie_word_embeddings else 2)  # action rows of head (+ embedding)
     vision = 2 * (H * PATCH_DIM + H + VISION_TOKENS * H)
     queries = 4 * A * H if parallel else 0
-    weights = L * per_layer + 2 * H + head_rows + vision + queries
+    state = 2 * (H * int(getattr(cfg, "state_dim", 0)) + H + H * H + H) if S else 0  # the projector, bf16
+    weights = L * per_layer + 2 * H + head_rows + vision + queries + state
     kv = L * 2 * NKV * cap * D * 2
     act = nbytes(activations)
     ws = nbytes(workspace) + ALLOWANCE

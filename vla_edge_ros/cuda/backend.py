@@ -49,7 +49,7 @@ from ..vram_plan import (GIB, N_STAMPS, TEXT_ROWS_ALIGN, VramPlanError, check_cu
                          check_vram_plan, in_layout, layout, out_layout, text_head_bytes)
 from .kernels import Kernels
 from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
-                     stamp, vision_encode)
+                     stamp, state_project, vision_encode)
 
 i32, f32 = np.int32, np.float32
 
@@ -85,6 +85,8 @@ class CudaBackend:
         self.V0 = cfg.vocab_size - ACTION_VOCAB
         self.parallel = cfg.parallel
         self.A = cfg.action_tokens  # 8 K action tokens a chunk
+        self.S = cfg.state_tokens  # the state's token (1 with a state input): x_pre row 32, before the action rows
+        self.F = VISION_TOKENS + self.S  # the chunk's rows before its action rows (the bidirectional ones)
         self.sms = int(sms) if sms else cupy.cuda.Device().attributes["MultiProcessorCount"]
         self.lay = layout(cfg, self.capacity, self.sms)
         self.plan = self.lay.parts
@@ -99,7 +101,7 @@ class CudaBackend:
         self._upload_weights(weights)
         self.gemv_launch = Gemv(self.k, self.weight_format)
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
-        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows)
+        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens)
         self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
         self._allocate()
         self._peak = 0
@@ -139,6 +141,9 @@ class CudaBackend:
         self.pos_embed = cp.asarray(w.vision.pos_embed)
         if self.parallel:
             self.queries = cp.asarray(action_queries(w))  # float32 [8 K, H]
+        st = w.vision.state
+        if self.S:
+            self.state_w = [cp.asarray(np.ascontiguousarray(a)) for a in (st.fc1_w, st.fc1_b, st.fc2_w, st.fc2_b)]
 
     def _allocate(self):
         cp = cupy
@@ -166,6 +171,9 @@ class CudaBackend:
         self.h_order = self.in_host[lay["order"]:lay["order"] + 4 * cap].view(np.int32)
         self.h_params = self.in_host[lay["params"]:lay["params"] + 16].view(np.int32)
         self.h_start = self.in_host[lay["start"]:lay["start"] + 2 * self.H].view(np.uint16)
+        sd = max(1, self.cfg.state_dim)
+        self.state_dev = self.in_dev[lay["state"]:lay["state"] + 4 * sd].view(cp.float32)
+        self.h_state = self.in_host[lay["state"]:lay["state"] + 4 * sd].view(np.float32)
         olay, nout = out_layout(self.H, self.A)
         self.out_host = cupyx.empty_pinned(nout, np.uint8)
         n_ts = 8 * N_STAMPS
@@ -236,7 +244,7 @@ class CudaBackend:
 
     def _decode_pass(self, step: int):
         embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, self.H, self.xdec, run=self.launch)
-        self._decode_layers(VISION_TOKENS + step)
+        self._decode_layers(self.F + step)
         self._head(self.xdec, step)
 
     def _w(self, w):
@@ -249,20 +257,21 @@ class CudaBackend:
                        self.tokidx_dev, self.tokens_dev, step, self.V0, run=self.launch)
 
     def _action_heads(self):
-        """The LM head over the parallel action rows (x_pre rows 32 ..): one action keeps its 8 launches (the graph
-        of before); K > 1 actions take one launch over the 8 K rows (a ticket a row), not 8 K launches."""
+        """The LM head over the parallel action rows (x_pre rows F = 32 (+ the state row) ..): one action keeps its 8
+        launches (the graph of before); K > 1 actions take one launch over the 8 K rows (a ticket a row), not 8 K
+        launches."""
         if self.A == ACTION_TOKENS:
             for i in range(ACTION_TOKENS):
-                self._head(self.x_pre[VISION_TOKENS + i], i)
+                self._head(self.x_pre[self.F + i], i)
             return
-        lm_head_argmax(self.k, self.x_pre[VISION_TOKENS], self.norm, f32(self.cfg.rms_norm_eps), self.H,
+        lm_head_argmax(self.k, self.x_pre[self.F], self.norm, f32(self.cfg.rms_norm_eps), self.H,
                        self.head_act, self.logits, self.ticket, self.tokidx_dev, self.tokens_dev, 0, self.V0,
                        run=self.launch, n_x=self.A)
 
     def enqueue_prefill(self):
         """Enqueue the chunk's prefill (all layers, the frame's rows + the parallel action queries) on the stream,
         as the graph does: for timing it alone (chunk_bench --breakdown)."""
-        self._prefill_layers(self.lay.tokens, VISION_TOKENS)
+        self._prefill_layers(self.lay.tokens, self.F)
 
     def enqueue_decode_pass(self, step: int):
         """Enqueue decode pass ``step`` (autoregressive models) on the stream, as the graph does."""
@@ -284,18 +293,21 @@ class CudaBackend:
         self._stamp(0)
         vision_encode(self.k, self.frame_dev, self.patch_w, self.patch_b, self.pos_embed, self.H, self.x_pre,
                       self.pooled_dev, run=self.launch, dependent=False)
+        if self.S:
+            state_project(self.k, self.state_dev, *self.state_w, self.cfg.state_dim, self.H, self.state_hidden,
+                          self.x_pre[VISION_TOKENS], run=self.launch, dependent=False)
         if self.parallel:
-            rt.memcpyAsync(self.x_pre[VISION_TOKENS].data.ptr, self.queries.data.ptr, self.queries.nbytes,
+            rt.memcpyAsync(self.x_pre[self.F].data.ptr, self.queries.data.ptr, self.queries.nbytes,
                            rt.memcpyDeviceToDevice, s.ptr)
         self._stamp(1)
         if self.parallel:
-            self._prefill_layers(self.lay.tokens, VISION_TOKENS)
+            self._prefill_layers(self.lay.tokens, self.F)
             self._stamp(2)
             self.launch.barrier()
             self._action_heads()
             self._stamp(2 + ACTION_TOKENS)
         else:
-            self._prefill_layers(VISION_TOKENS, VISION_TOKENS)
+            self._prefill_layers(self.F, self.F)
             self._stamp(2)
             for step in range(ACTION_TOKENS):
                 self._decode_pass(step)
@@ -358,23 +370,29 @@ class CudaBackend:
         self.launch.barrier()
         self._prefill_layers(T, T)
 
-    def _fill_inputs(self, frame, plan, start_token):
+    def _fill_inputs(self, frame, plan, start_token, state=None):
         frame = np.asarray(frame)
         if frame.shape != (FRAME_H, FRAME_W, FRAME_C) or frame.dtype != np.uint8:
             raise ValueError(f"frame must be uint8 {(FRAME_H, FRAME_W, FRAME_C)}, got {frame.dtype} {frame.shape}")
         n_prefix = int(plan.n_prefix)
-        if len(plan.order) != n_prefix + VISION_TOKENS + self.A:
-            raise ValueError(f"plan.order must hold n_prefix + 32 + {self.A} slots (the model's action tokens)")
+        if len(plan.order) != n_prefix + self.F + self.A:
+            raise ValueError(f"plan.order must hold n_prefix + {self.F} + {self.A} slots (the frame"
+                             f"{', the state' if self.S else ''} and the model's action tokens)")
+        if self.S:
+            if state is None or np.shape(state) != (self.cfg.state_dim,):
+                raise ValueError(f"this model takes a robot state of {self.cfg.state_dim} values, got "
+                                 f"{None if state is None else np.shape(state)}")
+            self.h_state[:self.cfg.state_dim] = np.asarray(state, np.float32)
         self.h_frame[:] = frame.reshape(-1)
         self._set_order(plan.order)
         self.h_params[0] = n_prefix
         self.h_params[1] = -1
         self.h_start[:] = self.embed_host[int(start_token)]
 
-    def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False):
+    def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False, state=None):
         s = self.stream
         s.synchronize()
-        self._fill_inputs(frame, plan, start_token)
+        self._fill_inputs(frame, plan, start_token, state)
         if self.graph is None:
             self._capture()
         t0 = time.perf_counter()
@@ -395,7 +413,7 @@ class CudaBackend:
         else:
             self.last_pass_ms = [dms(2 + i, 3 + i) for i in range(ACTION_TOKENS)]
             timings = PhaseTimings(vision_ms=dms(0, 1), prefill_ms=dms(1, 2), decode_ms=dms(2, last),
-                                   total_ms=(t1 - t0) * 1e3)
+                                   total_ms=(t1 - t0) * 1e3, prefill_tokens=self.F)
         res = BackendResult(tokens=self.o_tokens.copy(), pooled=self.o_pooled.copy(), timings=timings)
         if collect_logits:
             res.logits = cupy.asnumpy(self.logits)

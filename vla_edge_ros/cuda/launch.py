@@ -119,11 +119,14 @@ GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
 GEMM_ROWS = (32, 48, 96)  # the buffer rows kernels/gemm.cu has instances for (vram_plan.prefill_rows picks one)
 
 
-def gemm_kernel_rows(fmt: str, rows: int) -> int:
-    """Rows the kernel multiplies for a buffer of ``rows``: the 4-bit body takes the 48-row buffer of a parallel
-    pass as its 40 real rows (32 vision tokens + 8 action queries; the 8 zero rows are not multiplied); 32 and 96
+def gemm_kernel_rows(fmt: str, rows: int, tokens: int | None = None) -> int:
+    """Rows the kernel multiplies for a buffer of ``rows`` holding ``tokens`` real rows (None: at most 40): the 4-bit
+    body takes the 48-row buffer of a parallel pass as its 40 real rows (32 vision tokens + 8 action queries; the 8
+    zero rows are not multiplied), all 48 when a state token makes it 41 (or an autoregressive pass 33); 32 and 96
     rows are multiplied as they are (96: 32 + 64 queries of 8 actions, zero rows for fewer)."""
-    return 40 if fmt == "w4" and rows == 48 else rows
+    if fmt == "w4" and rows == 48:
+        return 40 if tokens is None or tokens <= 40 else 48
+    return rows
 
 
 def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:
@@ -132,12 +135,12 @@ def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:
     return 32 * c["nt"] if fmt == "bf16" else 64 * c["nw"]
 
 
-def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None) -> int:
+def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None) -> int:
     """Dynamic shared memory of one prefill-GEMM block: stages x kw x (X tile + W tile (+ scale|zero tile)) of one
     64-wide chunk."""
     c = cfg or GEMM_CFG[fmt]
     nb = gemm_block_rows(fmt, c)
-    x_units = gemm_kernel_rows(fmt, rows) * 8  # rows x 64 bf16
+    x_units = gemm_kernel_rows(fmt, rows, tokens) * 8  # rows x 64 bf16
     w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
     return c["stages"] * c.get("kw", 1) * 16 * (x_units + w_units)
 
@@ -165,16 +168,17 @@ class Gemm:
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
     Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``run`` is a callable with the Launcher's
     signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
-    ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D)."""
+    ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D); ``tokens``:
+    the real rows of the buffer (gemm_kernel_rows)."""
 
-    def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None):
+    def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None):
         if fmt not in ("bf16", "w4") or rows not in GEMM_ROWS:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
         self.k, self.fmt, self.rows = kernels, fmt, rows
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
         self.nb = gemm_block_rows(fmt, c)  # W rows a block
-        self.name = f"gemm_{fmt}_t{gemm_kernel_rows(fmt, rows)}"
-        self.smem = gemm_smem_bytes(fmt, rows, c)
+        self.name = f"gemm_{fmt}_t{gemm_kernel_rows(fmt, rows, tokens)}"
+        self.smem = gemm_smem_bytes(fmt, rows, c, tokens)
         self.threads = 128 * c.get("kw", 1)
         self.kstage = 64 * c.get("kw", 1)  # k per pipeline stage
         _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default
@@ -385,6 +389,16 @@ def lm_head_argmax(kernels, x, ln, eps, H, head, logits, ticket, tok_idx, tokens
     nrows = int(head.shape[0])
     _launch(kernels, run, "lm_head_argmax", (nrows // 8, int(n_x)), (256,),
             (x, ln, np.float32(eps), i(H), head, i(nrows), logits, ticket, tok_idx, tokens, i(step), i(vocab0)),
+            shared_mem=4 * int(H))
+
+
+def state_project(kernels, s, W1, b1, W2, b2, S, H, hidden, x, run=None, dependent=True):
+    """x [H] (float32, a prefill input row) = fc2(GELU(fc1 s)) of the normalized state s [S] (kernels/state.cu);
+    hidden [H] float32 scratch."""
+    i = np.int32
+    _launch(kernels, run, "state_fc1", (-(-int(H) // 256),), (256,), (s, W1, b1, i(S), i(H), hidden),
+            dependent=dependent)
+    _launch(kernels, run, "state_fc2", (-(-int(H) // 8),), (256,), (hidden, W2, b2, i(H), x),
             shared_mem=4 * int(H))
 
 

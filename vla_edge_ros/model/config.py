@@ -9,7 +9,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
-from ..constants import ACTION_TOKENS, GROUP_SIZE, MAX_ACTION_CHUNK
+from ..constants import ACTION_TOKENS, GROUP_SIZE, MAX_ACTION_CHUNK, MAX_STATE_DIM, STATE_FIELDS
 from .safetensors_io import ModelLoadError
 
 
@@ -40,6 +40,8 @@ QUANT_SUPPORTED = ("supported: 4-bit weights in groups of 128, as AWQ gemm (quan
                    "compressed-tensors pack-quantized W4A16 (int, strategy group, no activation quantization)")
 ACTION_DECODING = ("autoregressive", "parallel")
 ACTION_KEYS = ("vla_action_decoding", "vla_action_chunk")  # config.json keys (a GGUF's: its sidecar's metadata)
+STATE_KEYS = ("vla_state_dim", "vla_state_joints", "vla_state_fields")  # the robot-state input (DESIGN.md §17)
+MAX_JOINT_NAME = 256  # characters of one joint name
 CHUNK_RANGE = f"an integer 1..{MAX_ACTION_CHUNK}: the actions one parallel pass plans"
 
 
@@ -64,6 +66,33 @@ def parse_action_keys(raw: dict, where, strings: bool = False) -> dict:
     if type(chunk) is not int or not 1 <= chunk <= MAX_ACTION_CHUNK:
         raise ModelLoadError(where, f"key 'vla_action_chunk' has a bad value {_shown(chunk)} (expected {CHUNK_RANGE})")
     return {"action_decoding": decoding, "action_chunk": chunk}
+
+
+def parse_state_keys(raw: dict, where, strings: bool = False) -> dict:
+    """`vla_state_dim`, `vla_state_joints` and `vla_state_fields` of `raw` as ModelConfig keywords (absent: no state
+    input, no names, position). With `strings` (a safetensors `__metadata__`) the dim is a decimal string and the two
+    lists JSON strings. A bad value raises one ModelLoadError line; how they fit together is ModelConfig.validate's."""
+    dim = raw.get("vla_state_dim", 0)
+    if strings and isinstance(dim, str) and dim.isascii() and dim.isdigit():
+        dim = int(dim)
+    if type(dim) is not int or not 0 <= dim <= MAX_STATE_DIM:
+        raise ModelLoadError(where, f"key 'vla_state_dim' has a bad value {_shown(dim)} (expected an integer "
+                                    f"0..{MAX_STATE_DIM}: the robot-state values the model takes)")
+    out = {"state_dim": dim}
+    lists = (("vla_state_joints", "state_joints", ()), ("vla_state_fields", "state_fields", ("position",)))
+    for key, name, default in lists:
+        v = raw.get(key, list(default))
+        if strings and isinstance(v, str):
+            try:
+                v = json.loads(v) if len(v) <= MAX_STATE_DIM * (MAX_JOINT_NAME + 4) + 2 else None
+            except (json.JSONDecodeError, RecursionError):
+                v = None
+        if not isinstance(v, list) or len(v) > MAX_STATE_DIM or \
+                not all(isinstance(x, str) and 0 < len(x) <= MAX_JOINT_NAME and x.isprintable() for x in v):
+            raise ModelLoadError(where, f"key {key!r} has a bad value {_shown(v)} (expected a list of at most "
+                                        f"{MAX_STATE_DIM} printable names of 1..{MAX_JOINT_NAME} characters)")
+        out[name] = tuple(v)
+    return out
 
 
 @dataclass(frozen=True)
@@ -168,6 +197,13 @@ class ModelConfig:
     quant: QuantConfig | None = None  # None: bf16 weights
     action_decoding: str = "autoregressive"  # config.json "vla_action_decoding": autoregressive | parallel
     action_chunk: int = 1  # config.json "vla_action_chunk" K: actions one parallel pass plans (K x 8 tokens)
+    # The robot-state input (DESIGN.md §17): config.json "vla_state_dim" values (0: none), the joints they are of in
+    # the model's order ("vla_state_joints", empty: the node's state_joints parameter names them) and the
+    # sensor_msgs/JointState fields read per joint ("vla_state_fields"); the vector is, field by field, each
+    # field's values of the joints in order: dim = joints x fields.
+    state_dim: int = 0
+    state_joints: tuple[str, ...] = ()
+    state_fields: tuple[str, ...] = ("position",)
 
     @property
     def head_dim(self) -> int:
@@ -191,6 +227,17 @@ class ModelConfig:
         return ACTION_TOKENS * self.action_chunk
 
     @property
+    def state_tokens(self) -> int:
+        """Tokens the robot state takes in a chunk: one (a transient slot after the frame) when the model has a state
+        input, else none."""
+        return 1 if self.state_dim else 0
+
+    @property
+    def transient_tokens(self) -> int:
+        """The chunk's transient KV slots after its frame: the state token (if any) and the action tokens."""
+        return self.state_tokens + self.action_tokens
+
+    @property
     def weight_format(self) -> str:
         """Layer weight format: "w4" for 4-bit weights (a quantization_config), else "bf16"."""
         return "bf16" if self.quant is None else "w4"
@@ -207,9 +254,32 @@ class ModelConfig:
                             "autoregressive model decodes one action a chunk)")
         return problems
 
+    def state_problems(self) -> list[str]:
+        """What is wrong with the state input's dim, joints and fields (each one line; empty when nothing)."""
+        problems = []
+        if type(self.state_dim) is not int or not 0 <= self.state_dim <= MAX_STATE_DIM:
+            return [f"vla_state_dim {self.state_dim!r} must be an integer 0..{MAX_STATE_DIM}"]
+        fields = self.state_fields
+        if not fields or len(set(fields)) != len(fields) or not set(fields) <= set(STATE_FIELDS):
+            problems.append(f"vla_state_fields {list(fields)!r} must name each of {', '.join(STATE_FIELDS)} at most "
+                            "once (at least one)")
+        joints = self.state_joints
+        if len(set(joints)) != len(joints):
+            problems.append("vla_state_joints names a joint twice")
+        if joints and not self.state_dim:
+            problems.append("vla_state_joints needs vla_state_dim")
+        elif joints and not problems and len(joints) * len(fields) != self.state_dim:
+            problems.append(f"vla_state_dim {self.state_dim} must be {len(joints)} joints x {len(fields)} fields = "
+                            f"{len(joints) * len(fields)}")
+        elif self.state_dim and not problems and self.state_dim % len(fields):
+            problems.append(f"vla_state_dim {self.state_dim} is not a whole number of joints x {len(fields)} fields")
+        return problems
+
     def validate(self, where="config.json") -> None:
-        problems = self.action_problems()
+        problems = self.action_problems() + self.state_problems()
         for k, v in asdict(self).items():
+            if k == "state_dim":
+                continue  # 0: no state input (state_problems checks it)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
                 problems.append(f"{k}={v} must be > 0")
         if not problems:
@@ -229,13 +299,18 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict:
         d = asdict(self)
-        del d["quant"], d["action_decoding"], d["action_chunk"]
+        del d["quant"], d["action_decoding"], d["action_chunk"], d["state_dim"], d["state_joints"], d["state_fields"]
         if self.quant is not None:
             d["quantization_config"] = self.quant.to_hf()
         if self.action_decoding != "autoregressive":
             d["vla_action_decoding"] = self.action_decoding
         if self.action_chunk != 1:
             d["vla_action_chunk"] = self.action_chunk
+        if self.state_dim:
+            d["vla_state_dim"] = self.state_dim
+            d["vla_state_fields"] = list(self.state_fields)
+            if self.state_joints:
+                d["vla_state_joints"] = list(self.state_joints)
         d.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
                  torch_dtype="bfloat16", use_sliding_window=False, sliding_window=None,
                  attention_dropout=0.0, initializer_range=0.02, use_cache=True,
@@ -263,7 +338,7 @@ class ModelConfig:
             raise ModelLoadError(cfg_path, f"model_type {raw.get('model_type')!r} is not qwen2")
         kw = {}
         for name, field in cls.__dataclass_fields__.items():
-            if name in ("quant", "action_decoding", "action_chunk"):
+            if name in ("quant", "action_decoding", "action_chunk", "state_dim", "state_joints", "state_fields"):
                 continue
             if name not in raw:
                 if field.default is dataclasses.MISSING:
@@ -276,6 +351,7 @@ class ModelConfig:
             kw[name] = value
         kw["quant"] = parse_quant(raw.get("quantization_config"), cfg_path)
         kw.update(parse_action_keys(raw, cfg_path))
+        kw.update(parse_state_keys(raw, cfg_path))
         cfg = cls(**kw)
         if "head_dim" in raw and raw["head_dim"] != cfg.head_dim:
             raise ModelLoadError(cfg_path, f"head_dim {raw['head_dim']} != hidden_size/num_attention_heads "

@@ -109,3 +109,38 @@ def argmax_rows(logits: np.ndarray) -> np.ndarray:
     inf (a forward pass that overflowed: its argmax would otherwise be a real bin, e.g. 0 for an all-NaN row)."""
     idx = np.argmax(logits, axis=-1).astype(np.int32)
     return np.where(np.isfinite(logits).all(axis=-1), idx, np.int32(-1)).astype(np.int32)
+
+
+def normalize_state(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """A raw robot state [S] into the projector's input, as OpenVLA-OFT normalizes proprioception (BOUNDS_Q99):
+    2 (x - low) / (high - low) - 1 clipped to [-1, 1]; a dimension whose bounds coincide (never moved in the
+    training data) becomes 0. Runs on the host for both backends (S values)."""
+    x, low, high = (np.asarray(a, np.float32) for a in (x, low, high))
+    span = high - low
+    ok = span > 0
+    out = np.where(ok, 2.0 * (x - low) / np.where(ok, span, 1.0) - 1.0, 0.0)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf in float32 for NumPy (which has none): Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7, below float32's
+    resolution of the GELU it feeds; the kernel uses CUDA's erff."""
+    x = np.asarray(x, np.float32)
+    a = np.abs(x).astype(np.float64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return (np.sign(x) * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """PyTorch's nn.GELU() (exact, erf form): 0.5 x (1 + erf(x / sqrt 2))."""
+    x = np.asarray(x, np.float32)
+    return (0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))).astype(np.float32)
+
+
+def state_project(s: np.ndarray, fc1_w: np.ndarray, fc1_b: np.ndarray, fc2_w: np.ndarray,
+                  fc2_b: np.ndarray) -> np.ndarray:
+    """The twin of kernels/state.cu: a normalized state [S] -> its token [H], fc2(GELU(fc1(s))) (OpenVLA-OFT's
+    ProprioProjector), float32 on the float32 weights."""
+    h = gelu(linear(np.asarray(s, np.float32)[None, :], fc1_w, fc1_b))
+    return linear(h, fc2_w, fc2_b)[0].astype(np.float32)

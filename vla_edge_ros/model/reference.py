@@ -3,10 +3,10 @@
 """The golden model: a NumPy Qwen2 forward over the slot-addressed KV cache, float32 on bf16 weights.
 
 Cache layout (shared with the CUDA engine): keys are stored un-rotated per slot; the position of a
-token is its index in the chunk's `order` (prompt, retained frames oldest->newest, new frame, action
-tokens), and RoPE is applied from that position inside attention. This keeps positions contiguous
-and < capacity however long the stream runs. For speed on the CPU this backend also keeps a rotated
-copy of every key, re-rotated only when eviction moves its position (at most once per chunk).
+token is its index in the chunk's `order` (prompt, retained frames oldest->newest, new frame, the robot state's
+token of a model with a state input, action tokens), and RoPE is applied from that position inside attention.
+This keeps positions contiguous and < capacity however long the stream runs. For speed on the CPU this backend
+also keeps a rotated copy of every key, re-rotated only when eviction moves its position (at most once per chunk).
 """
 from __future__ import annotations
 
@@ -44,10 +44,24 @@ class ReferenceModel:
         self.cos, self.sin = ops.rope_cos_sin(np.arange(self.capacity), d, cfg.rope_theta)
         self.parallel = cfg.parallel
         self.queries = action_queries(weights) if self.parallel else None
+        st = weights.vision.state
+        self.state_w = None if st is None else (f(st.fc1_w), f(st.fc1_b), f(st.fc2_w), f(st.fc2_b))
+        self.S = cfg.state_tokens
 
     # -- building blocks -------------------------------------------------------------------------
     def vision(self, frame: np.ndarray) -> np.ndarray:
         return ops.vision_encode(frame, self.patch_w, self.patch_b, self.pos_embed)
+
+    def frame_rows(self, frame: np.ndarray, state) -> np.ndarray:
+        """The chunk's prefill inputs before any action query: the frame's 32 vision tokens, then (a model with a
+        state input) the state's token [1, H] from the normalized state."""
+        emb = self.vision(frame)
+        if not self.S:
+            return emb
+        if state is None or np.shape(state) != (self.cfg.state_dim,):
+            raise ValueError(f"this model takes a robot state of {self.cfg.state_dim} values, got "
+                             f"{None if state is None else np.shape(state)}")
+        return np.concatenate([emb, ops.state_project(state, *self.state_w)[None, :]])
 
     def logits(self, h: np.ndarray) -> np.ndarray:
         return h @ self.head.T
@@ -124,18 +138,19 @@ class ReferenceModel:
     def load_prompt(self, token_ids: np.ndarray, slots: np.ndarray) -> None:
         self.forward(self.embed[np.asarray(token_ids)], np.asarray(slots), 0)
 
-    def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False):
+    def run_chunk(self, frame: np.ndarray, plan, start_token: int, collect_logits: bool = False, state=None):
         if self.parallel:
-            return self._run_parallel(frame, plan, collect_logits)
+            return self._run_parallel(frame, plan, collect_logits, state)
         t0 = time.perf_counter()
-        emb = self.vision(frame)
+        rows = self.frame_rows(frame, state)
+        emb = rows[:VISION_TOKENS]
         t1 = time.perf_counter()
-        self.forward(emb, plan.order, plan.n_prefix)
+        self.forward(rows, plan.order, plan.n_prefix)
         t2 = time.perf_counter()
         tokens = np.empty(ACTION_TOKENS, np.int32)
         logits_log = []
         tok = int(start_token)
-        base = plan.n_prefix + VISION_TOKENS
+        base = plan.n_prefix + len(rows)
         vocab0 = self.cfg.vocab_size - ACTION_VOCAB
         for step in range(ACTION_TOKENS):
             h, _ = self.forward(self.embed[tok][None, :], plan.order, base + step)
@@ -148,21 +163,23 @@ class ReferenceModel:
         t3 = time.perf_counter()
         ms = 1e3
         timings = PhaseTimings(vision_ms=(t1 - t0) * ms, prefill_ms=(t2 - t1) * ms, decode_ms=(t3 - t2) * ms,
-                               total_ms=(t3 - t0) * ms)
+                               total_ms=(t3 - t0) * ms, prefill_tokens=len(rows))
         result = BackendResult(tokens=tokens, pooled=emb.mean(axis=0), timings=timings)
         if collect_logits:
             result.logits = np.stack(logits_log)
         return result
 
-    def _run_parallel(self, frame: np.ndarray, plan, collect_logits: bool):
-        """One pass: the frame's 32 vision tokens + the K x 8 action queries (bidirectional among themselves and
-        over the whole frame); the action tokens are the argmaxes over the 256 action rows at the K x 8 queries."""
+    def _run_parallel(self, frame: np.ndarray, plan, collect_logits: bool, state=None):
+        """One pass: the frame's 32 vision tokens (+ the state token, causal like them) + the K x 8 action queries
+        (bidirectional among themselves and over the whole frame); the action tokens are the argmaxes over the 256
+        action rows at the K x 8 queries."""
         t0 = time.perf_counter()
-        emb = self.vision(frame)
+        rows = self.frame_rows(frame, state)
+        emb = rows[:VISION_TOKENS]
         t1 = time.perf_counter()
-        x = np.concatenate([emb, self.queries])
-        h, _ = self.forward(x, plan.order, plan.n_prefix, bidir_from=VISION_TOKENS)
-        logits = h[VISION_TOKENS:] @ self.action_head.T
+        x = np.concatenate([rows, self.queries])
+        h, _ = self.forward(x, plan.order, plan.n_prefix, bidir_from=len(rows))
+        logits = h[len(rows):] @ self.action_head.T
         idx = ops.argmax_rows(logits)
         tokens = np.where(idx >= 0, self.cfg.vocab_size - ACTION_VOCAB + idx, NON_FINITE_TOKEN).astype(np.int32)
         t2 = time.perf_counter()

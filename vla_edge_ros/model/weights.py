@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..constants import ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
-from .config import ACTION_KEYS, QUANT_SUPPORTED, ModelConfig, parse_action_keys
+from .config import ACTION_KEYS, QUANT_SUPPORTED, STATE_KEYS, ModelConfig, parse_action_keys, parse_state_keys
 from .quant import PACK, QuantTensor, from_awq, from_compressed
 from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, read_header
 
@@ -42,6 +42,11 @@ LINEARS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")  # stored in 4 bits in a qu
 VISION_FILE = "vision.safetensors"
 VISION_SEED = 1234
 ACTION_QUERIES = "action_queries"  # [K x 8, H] in vision.safetensors: the action-slot inputs of a parallel model
+# The robot-state projector in vision.safetensors (OpenVLA-OFT's ProprioProjector: fc1 -> GELU -> fc2 to the LLM
+# width) and the bounds its input is normalized by (OFT's q01 / q99: 2 (x - low) / (high - low) - 1, clipped to
+# [-1, 1]); S = vla_state_dim. The bounds stay float32: bf16 would move a normalized value by up to ~1 %.
+STATE_PREFIX = "state_projector."
+STATE_SEED = VISION_SEED + 1
 QUANT_PARTS = {"awq": ("qweight", "qzeros", "scales"),
                "compressed-tensors": ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point")}
 
@@ -100,6 +105,28 @@ def vision_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
             "pos_embed": (VISION_TOKENS, cfg.hidden_size)}
 
 
+def state_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The state projector's tensors (bf16 in the engine) and bounds (float32), keyed as in vision.safetensors."""
+    H, S = cfg.hidden_size, cfg.state_dim
+    return {STATE_PREFIX + "fc1.weight": (H, S), STATE_PREFIX + "fc1.bias": (H,),
+            STATE_PREFIX + "fc2.weight": (H, H), STATE_PREFIX + "fc2.bias": (H,),
+            STATE_PREFIX + "low": (S,), STATE_PREFIX + "high": (S,)}
+
+
+@dataclass
+class StateWeights:
+    """The robot-state projector: fc1 [H, S] and fc2 [H, H] with biases (bf16 bits), the bounds low / high (float32
+    [S]) its input is normalized by, and whether it came from the checkpoint (False: seeded stand-in)."""
+
+    fc1_w: np.ndarray
+    fc1_b: np.ndarray
+    fc2_w: np.ndarray
+    fc2_b: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    trained: bool
+
+
 @dataclass
 class VisionWeights:
     patch_w: np.ndarray  # bf16 bits [H, 768]
@@ -111,6 +138,7 @@ class VisionWeights:
     # `action_query_fallback_ids` (queries_trained False).
     action_queries: np.ndarray | None = None
     queries_trained: bool = False
+    state: StateWeights | None = None  # models with a state input only (cfg.state_dim > 0)
 
 
 @dataclass
@@ -201,6 +229,62 @@ def random_vision_weights(cfg: ModelConfig, seed: int = VISION_SEED) -> dict[str
                                   * (1.0 / np.sqrt(PATCH_DIM))),
             "patch_proj.bias": rng.standard_normal(shapes["patch_proj.bias"], dtype=np.float32) * 0.02,
             "pos_embed": rng.standard_normal(shapes["pos_embed"], dtype=np.float32) * 0.02}
+
+
+def random_state_weights(cfg: ModelConfig, seed: int = STATE_SEED) -> dict[str, np.ndarray]:
+    """Untrained state projector from a seeded PRNG (float32, keyed like vision.safetensors): unit-variance inputs give
+    a token of about the vision tokens' scale (each layer scaled by 1 / sqrt(fan-in)); bounds -1..1, so a state
+    already in [-1, 1] passes the normalization unchanged."""
+    rng = np.random.default_rng(seed)
+    H, S = cfg.hidden_size, cfg.state_dim
+    p = STATE_PREFIX
+    return {p + "fc1.weight": rng.standard_normal((H, S), dtype=np.float32) / np.float32(np.sqrt(S)),
+            p + "fc1.bias": rng.standard_normal(H, dtype=np.float32) * np.float32(0.02),
+            p + "fc2.weight": rng.standard_normal((H, H), dtype=np.float32) / np.float32(np.sqrt(H)),
+            p + "fc2.bias": rng.standard_normal(H, dtype=np.float32) * np.float32(0.02),
+            p + "low": np.full(S, -1.0, np.float32), p + "high": np.ones(S, np.float32)}
+
+
+def _load_state(cfg: ModelConfig, vpath: str, header: dict | None, check_finite: bool) -> StateWeights | None:
+    """The state projector of `vpath`'s tensors (`header`: its header, None without the file), else the seeded
+    stand-in with one WARN; None for a model without a state input. Tensors of a state projector in a model whose
+    config has no vla_state_dim are refused: the engine would not know the state it needs."""
+    names = [n for n in (header or {}) if n.startswith(STATE_PREFIX)]
+    if not cfg.state_dim:
+        if names:
+            raise ModelLoadError(vpath, "has a state projector but the config has no vla_state_dim (the state input's "
+                                        "size: joints x fields)", names[0])
+        return None
+    expected = state_shapes(cfg)
+    p = STATE_PREFIX
+    if names:
+        raw = _load_set({n: vpath for n in header}, {k: s for k, s in expected.items() if "fc" in k}, check_finite)
+        bounds = {}
+        for name, (dtype, arr) in load_file(vpath, [p + "low", p + "high"] if p + "low" in header and
+                                            p + "high" in header else []).items():
+            if header[name].shape != expected[name]:
+                raise ModelLoadError(vpath, f"shape {list(header[name].shape)} does not match the config, expected "
+                                            f"{list(expected[name])}", name)
+            if dtype not in ("F32", "F64", "F16", "BF16"):
+                raise ModelLoadError(vpath, f"dtype {dtype} is not a float type", name)
+            bounds[name] = bf16_to_f32(arr) if dtype == "BF16" else np.asarray(arr, np.float32)
+        if len(bounds) != 2:
+            raise ModelLoadError(vpath, "tensor missing: a state projector needs its normalization bounds "
+                                        f"{p}low and {p}high (OpenVLA-OFT's q01 / q99)", p + "low")
+        low, high = bounds[p + "low"], bounds[p + "high"]
+        if not (np.isfinite(low).all() and np.isfinite(high).all()) or (high < low).any():
+            raise ModelLoadError(vpath, "state bounds must be finite with high >= low in every dimension", p + "high")
+        trained = True
+    else:
+        r = random_state_weights(cfg)
+        raw = {k: f32_to_bf16(a) for k, a in r.items() if "fc" in k}
+        low, high = r[p + "low"], r[p + "high"]
+        trained = False
+        log.warning("%s: vla_state_dim %d without a state projector (%s*) in %s: a seeded, untrained one stands in "
+                    "and the bounds are -1..1", os.path.dirname(vpath) or ".", cfg.state_dim, p,
+                    os.path.basename(vpath))
+    return StateWeights(raw[p + "fc1.weight"], raw[p + "fc1.bias"], raw[p + "fc2.weight"], raw[p + "fc2.bias"],
+                        np.ascontiguousarray(low, np.float32), np.ascontiguousarray(high, np.float32), trained)
 
 
 def _check_layer_count(cfg: ModelConfig, files_by_name: dict[str, str], cfg_path: str) -> None:
@@ -335,7 +419,7 @@ def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: b
     """The vision projector from `vpath` (a vision.safetensors), else the seeded untrained stand-in; for a
     parallel-decoding model also its action queries (`action_queries`, else the embedding rows of
     `action_query_fallback_ids`, logged as untrained). `embed`: the token embeddings (bf16 bits or float32)."""
-    queries = None
+    queries, header = None, None
     if os.path.exists(vpath):
         header = read_header(vpath)[0]
         expected = vision_shapes(cfg)
@@ -346,7 +430,7 @@ def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: b
                 raise ModelLoadError(vpath, f"shape {list(header[ACTION_QUERIES].shape)} does not match the config, "
                                             f"expected {list(expected[ACTION_QUERIES])} (vla_action_chunk="
                                             f"{cfg.action_chunk}: 8 query rows an action)", ACTION_QUERIES)
-        v = _load_set({n: vpath for n in header}, expected, check_finite)
+        v = _load_set({n: vpath for n in header if not n.startswith(STATE_PREFIX)}, expected, check_finite)
         queries = v.get(ACTION_QUERIES)
         trained = True
     else:
@@ -360,7 +444,8 @@ def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: b
                     "token ids %d..%d (untrained for this role)", os.path.dirname(vpath), ACTION_QUERIES,
                     os.path.basename(vpath), ids[0], ids[-1])
     return VisionWeights(v["patch_proj.weight"], v["patch_proj.bias"], v["pos_embed"], trained,
-                         action_queries=queries, queries_trained=queries_trained)
+                         action_queries=queries, queries_trained=queries_trained,
+                         state=_load_state(cfg, vpath, header, check_finite))
 
 
 def action_queries(weights: Weights) -> np.ndarray:
@@ -373,14 +458,16 @@ def action_queries(weights: Weights) -> np.ndarray:
 
 
 def sidecar_action_keys(cfg: ModelConfig, vpath: str) -> ModelConfig:
-    """`cfg` (a GGUF file's, whose metadata has no VLA keys) with the action decoding and chunk of its vision sidecar
-    `vpath`: the safetensors `__metadata__` keys vla_action_decoding / vla_action_chunk (strings, as safetensors
-    stores them); `cfg` unchanged without the file or the keys. A bad value: one ModelLoadError line."""
+    """`cfg` (a GGUF file's, whose metadata has no VLA keys) with the action decoding and chunk and the state input of
+    its vision sidecar `vpath`: the safetensors `__metadata__` keys vla_action_decoding / vla_action_chunk and
+    vla_state_dim / vla_state_joints / vla_state_fields (strings, as safetensors stores them); `cfg` unchanged
+    without the file or the keys. A bad value: one ModelLoadError line."""
     if not os.path.exists(vpath):
         return cfg
     meta = read_header(vpath)[1]
-    if not isinstance(meta, dict) or not any(k in meta for k in ACTION_KEYS):
+    if not isinstance(meta, dict) or not any(k in meta for k in ACTION_KEYS + STATE_KEYS):
         return cfg
-    out = dataclasses.replace(cfg, **parse_action_keys(meta, vpath, strings=True))
+    out = dataclasses.replace(cfg, **parse_action_keys(meta, vpath, strings=True),
+                              **parse_state_keys(meta, vpath, strings=True))
     out.validate(vpath)
     return out

@@ -148,6 +148,13 @@ def sms_in_use(cp, stream=None) -> int:
     return int(hit.sum())
 
 
+def bench_state(cfg) -> dict:
+    """run_chunk's state keyword for a model with a state input (a fixed normalized state), else nothing."""
+    if not cfg.state_dim:
+        return {}
+    return {"state": np.linspace(-0.9, 0.9, cfg.state_dim, dtype=np.float32)}
+
+
 def fill_cache(be, capacity: int, prompt_tokens: int, extra_chunks: int):
     """A random pinned prompt, then chunks of 8 random frames (fifo) until every frame block is used (the cache full)
     and ``extra_chunks`` more: the state chunk_bench (and dev/cuda/decode_micro.py) measure in. Returns (KvCache, the
@@ -157,12 +164,13 @@ def fill_cache(be, capacity: int, prompt_tokens: int, extra_chunks: int):
 
     cfg = be.cfg
     rng = np.random.default_rng(0)
-    kv = KvCache(capacity, prompt_tokens, make_policy("fifo"), action_tokens=cfg.action_tokens)
+    kv = KvCache(capacity, prompt_tokens, make_policy("fifo"), action_tokens=cfg.action_tokens,
+                 state_tokens=cfg.state_tokens)
     be.load_prompt(rng.integers(0, cfg.vocab_size, prompt_tokens), kv.prompt_slots)
     frames = [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(8)]
     fid = 0
     while fid < kv.frame_capacity + extra_chunks:
-        r = be.run_chunk(frames[fid % 8], kv.plan_frame(fid), cfg.vocab_size - 1)
+        r = be.run_chunk(frames[fid % 8], kv.plan_frame(fid), cfg.vocab_size - 1, **bench_state(cfg))
         kv.set_embedding(fid, r.pooled)
         fid += 1
     return kv, frames, fid
@@ -215,7 +223,7 @@ def main(argv=None) -> int:
     host, devc, vis, pre, dec, passes, nkeys = [], [], [], [], [], [], []
     for i in range(a.chunks):
         plan = kv.plan_frame(fid)
-        r = be.run_chunk(frames[fid % 8], plan, cfg.vocab_size - 1)
+        r = be.run_chunk(frames[fid % 8], plan, cfg.vocab_size - 1, **bench_state(cfg))
         kv.set_embedding(fid, r.pooled)
         fid += 1
         host.append(r.timings.total_ms)

@@ -7,7 +7,8 @@ with the format's library installed). Speed does not depend on weight values, so
 and benchmarks alike. `--quant` writes the same random model with its decoder linears rounded to 4 bits in
 a published layout (AWQ gemm or compressed-tensors pack-quantized); `--action-decoding parallel` marks it
 as a parallel-decoding model and adds random `action_queries` to vision.safetensors; `--action-chunk K` with it
-makes the model plan K actions a chunk (config.json `vla_action_chunk`, K x 8 action queries).
+makes the model plan K actions a chunk (config.json `vla_action_chunk`, K x 8 action queries); `--state-dim N`
+gives it a robot-state input (a random state projector and bounds; DESIGN.md §17).
 
 Example: vla-edge-make-model --preset tiny --quant awq --out /tmp/tiny-awq
 """
@@ -16,10 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..constants import MAX_ACTION_CHUNK
+from ..constants import MAX_ACTION_CHUNK, MAX_STATE_DIM, STATE_FIELDS
 from ..model.config import ACTION_DECODING, PRESETS
 from ..model.generate import make_model
 from ..model.quant import FORMATS
+from ..model.safetensors_io import ModelLoadError
 from ..output_dir import OutputDirError
 
 
@@ -38,6 +40,15 @@ def main(argv=None) -> int:
     p.add_argument("--action-chunk", type=int, default=1, metavar="K",
                    help=f"actions one parallel chunk plans, 1..{MAX_ACTION_CHUNK}: config key vla_action_chunk and "
                         "K x 8 random action_queries (K > 1 needs --action-decoding parallel)")
+    p.add_argument("--state-dim", type=int, default=0, metavar="N",
+                   help=f"a robot-state input of N values, 0..{MAX_STATE_DIM} (joints joint_0.. unless --state-joints "
+                        "names them): config keys vla_state_dim / vla_state_joints / vla_state_fields and a random "
+                        "state projector in vision.safetensors")
+    p.add_argument("--state-joints", default="", metavar="A,B,..",
+                   help="the state's joint names in the model's order (comma-separated; with --state-fields, "
+                        "N = joints x fields)")
+    p.add_argument("--state-fields", default="position", metavar="F,..",
+                   help=f"the JointState fields per joint: {', '.join(STATE_FIELDS)}")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")
     p.add_argument("--out", required=True, help="output model directory (absent or empty)")
     a = p.parse_args(argv)
@@ -50,15 +61,29 @@ def main(argv=None) -> int:
     if a.action_chunk > 1 and a.action_decoding != "parallel":
         p.error(f"--action-chunk {a.action_chunk} needs --action-decoding parallel (an autoregressive model decodes "
                 "one action a chunk)")
+    fields = [x for x in a.state_fields.split(",") if x]
+    joints = [x for x in a.state_joints.split(",") if x]
+    if not 0 <= a.state_dim <= MAX_STATE_DIM:
+        p.error(f"--state-dim {a.state_dim} must be between 0 and {MAX_STATE_DIM}")
+    if not joints and a.state_dim:
+        if a.state_dim % max(len(fields), 1):
+            p.error(f"--state-dim {a.state_dim} is not a whole number of joints x {len(fields)} fields")
+        joints = [f"joint_{i}" for i in range(a.state_dim // max(len(fields), 1))]
+    elif joints and a.state_dim and a.state_dim != len(joints) * len(fields):
+        p.error(f"--state-dim {a.state_dim} must be {len(joints)} joints x {len(fields)} fields")
     try:
         make_model(a.out, a.preset, a.seed, a.shards, quant=a.quant, symmetric=a.symmetric,
-                   action_decoding=a.action_decoding, force=a.force, action_chunk=a.action_chunk)
+                   action_decoding=a.action_decoding, force=a.force, action_chunk=a.action_chunk,
+                   state_joints=joints if joints else None, state_fields=fields if joints else None)
+    except ModelLoadError as e:
+        p.error(str(e))
     except (OutputDirError, OSError) as e:
         print(f"vla-edge-make-model: error: {e}", file=sys.stderr)
         return 2
     kind = "" if a.quant == "none" else f" {a.quant}{' symmetric' if a.symmetric else ''} 4-bit"
     chunk = f", {a.action_chunk} actions a chunk" if a.action_chunk > 1 else ""
-    print(f"wrote {a.preset}{kind} {a.action_decoding}{chunk} (seed {a.seed}) to {a.out}")
+    state = f", a state of {len(joints) * len(fields)} ({', '.join(fields)} of {len(joints)} joints)" if joints else ""
+    print(f"wrote {a.preset}{kind} {a.action_decoding}{chunk}{state} (seed {a.seed}) to {a.out}")
     return 0
 
 
