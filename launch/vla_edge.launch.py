@@ -70,6 +70,10 @@ def generate_launch_description():
         DeclareLaunchArgument("trajectory_topic", default_value="",
                               description="remap the plan output ~/action_chunk (default /vla_edge/action_chunk), "
                                           "e.g. /joint_trajectory_controller/joint_trajectory"),
+        DeclareLaunchArgument("joint_states_topic", default_value="/joint_states",
+                              description="the robot state in (~/joint_states, sensor_msgs/JointState): subscribed "
+                                          "only for a model with a state input; '' leaves it "
+                                          "/vla_edge/joint_states"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of both nodes"),
         DeclareLaunchArgument("log_level", default_value="info", description="debug | info | warn | error | fatal"),
     ] + [DeclareLaunchArgument(name, default_value="", description=f"{text} (default: from params_file)")
@@ -79,6 +83,8 @@ def generate_launch_description():
         *[SetParameter(name, _value(name), condition=_given(name)) for name in PARAM_ARGS],
         SetRemap("~/action", LaunchConfiguration("action_topic"), condition=_given("action_topic")),
         SetRemap("~/action_chunk", LaunchConfiguration("trajectory_topic"), condition=_given("trajectory_topic")),
+        SetRemap("~/joint_states", LaunchConfiguration("joint_states_topic"),
+                 condition=_given("joint_states_topic")),
         Node(
             package="vla_edge_ros",
             executable="vla_edge",

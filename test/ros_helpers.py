@@ -154,6 +154,7 @@ class Listener:
         self.debug: list[Image] = []
         self.images: list[tuple[float, int]] = []
         self.diag_names: set[str] = set()
+        self.diag_messages: list[str] = []  # the reasoning status's message of each /diagnostics
         rel = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         n = self.node
         n.create_subscription(action_type or TwistStamped, f"{ns}/action", self._on_action, rel)
@@ -192,6 +193,7 @@ class Listener:
             vals.update(kv(st))
         with self.lock:
             self.diag_names.update(st.name for st in m.status)
+            self.diag_messages += [st.message for st in m.status if st.name.endswith(": reasoning")]
             self.diags.append((time.monotonic(), vals))
             self.diag_stamps.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)
 
@@ -228,6 +230,10 @@ class Listener:
     def last_diag(self) -> dict:
         with self.lock:
             return dict(self.diags[-1][1]) if self.diags else {}
+
+    def last_diag_message(self) -> str:
+        """The reasoning status's message of the latest /diagnostics ("" before one)."""
+        return self.diag_messages[-1] if self.diag_messages else ""
 
     def close(self):
         self._stop = True

@@ -28,8 +28,11 @@ YAML = ROOT / "launch" / "vla_edge.launch.yaml"
 PARAMS = ("model_path", "make_tiny_model", "policy", "backend", "transport", "qos_reliability", "use_sim_time",
           "action_type", "autostart")
 BOOLS = ("make_tiny_model", "use_sim_time", "autostart")
-OTHER_ARGS = ("params_file", "image_topic", "action_topic", "trajectory_topic", "namespace", "log_level")
-REMAPS = (("~/action", "action_topic"), ("~/action_chunk", "trajectory_topic"))  # outputs a launch argument remaps
+OTHER_ARGS = ("params_file", "image_topic", "action_topic", "trajectory_topic", "joint_states_topic", "namespace",
+              "log_level")
+# topics a launch argument remaps
+REMAPS = (("~/action", "action_topic"), ("~/action_chunk", "trajectory_topic"),
+          ("~/joint_states", "joint_states_topic"))
 
 
 def _yaml_entries():
@@ -80,6 +83,7 @@ def test_both_files_declare_the_same_arguments():
         assert y[name] == "" and p[name] == "", name
     assert y["log_level"] == p["log_level"] == "info"
     assert y["image_topic"] == p["image_topic"] == "/camera/image_raw"
+    assert y["joint_states_topic"] == p["joint_states_topic"] == "/joint_states"
     assert "config/vla_edge.yaml" in y["params_file"]
 
 

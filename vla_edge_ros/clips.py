@@ -37,6 +37,7 @@ SYNTHETIC = ("synthetic", "synthetic-cut")
 IMAGE_T = "sensor_msgs/msg/Image"
 COMPRESSED_T = "sensor_msgs/msg/CompressedImage"
 IMAGE_TYPES = (IMAGE_T, COMPRESSED_T)
+JOINT_STATE_T = "sensor_msgs/msg/JointState"
 DEFAULT_FRAME_ID = "camera"
 # A video read that fails this many times in a row (no frame decodes) is the end of the readable file.
 MAX_CONSECUTIVE_VIDEO_FAILURES = 100
@@ -381,6 +382,49 @@ def open_clip(spec: str, *, n_frames: int = 600, cut_at: int | None = None, seed
         return VideoClip(str(path), fps, frame_id)
     raise ClipError(f"{spec}: unknown clip type (video {', '.join(VIDEO_EXTS)}, bag {', '.join(BAG_EXTS)}, "
                     f"an image folder, or {', '.join(SYNTHETIC)})")
+
+
+class BagJointStates:
+    """The sensor_msgs/JointState messages of one topic of a bag, in stamp order: `stamps` (int64 ns), and per message
+    its names and arrays (field -> values) as robot_state.StateMapper takes them. Messages that do not deserialize are
+    counted (`skipped_corrupt`) and left out."""
+
+    def __init__(self, path: str, topic: str):
+        self.path, self.topic = str(path), topic
+        self.skipped_corrupt = 0
+        rows = []
+        try:
+            from rosbags.highlevel import AnyReader
+
+            with AnyReader(bag_paths(Path(self.path)), default_typestore=_typestore()) as reader:
+                conns = [c for c in reader.connections if c.topic == topic]
+                if not conns or conns[0].msgtype != JOINT_STATE_T:
+                    found = sorted({f"{c.topic} [{c.msgtype}]" for c in reader.connections})
+                    raise ClipError(f"{self.path}: no {JOINT_STATE_T} topic {topic!r} (topics: {', '.join(found)})")
+                for conn, _, rawdata in reader.messages(connections=conns):
+                    try:
+                        msg = reader.deserialize(rawdata, conn.msgtype)
+                        stamp = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+                        rows.append((stamp, [str(x) for x in msg.name],
+                                     {"position": np.asarray(msg.position, np.float64),
+                                      "velocity": np.asarray(msg.velocity, np.float64)}))
+                    except Exception:  # noqa: BLE001 - corrupt CDR: skipped and counted
+                        self.skipped_corrupt += 1
+        except ClipError:
+            raise
+        except Exception as e:  # noqa: BLE001 - rosbags raises its own errors for unreadable bags
+            raise ClipError(f"{self.path}: not a readable rosbag2 bag ({type(e).__name__}: {e})") from e
+        rows.sort(key=lambda r: r[0])
+        self.stamps = np.asarray([r[0] for r in rows], np.int64)
+        self.messages = [(r[1], r[2]) for r in rows]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def at(self, stamps_ns) -> list[int | None]:
+        """For each frame stamp: the index of the latest message stamped at or before it (None: none yet)."""
+        idx = np.searchsorted(self.stamps, np.asarray(stamps_ns, np.int64), side="right") - 1
+        return [int(i) if i >= 0 else None for i in idx]
 
 
 def load_model_frames(source, max_frames: int | None = None, min_fraction: float = 0.5, gate=None,

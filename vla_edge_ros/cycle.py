@@ -14,8 +14,10 @@ and `record_published`; the ReasoningNode and `vla-edge-bench` both call that st
 2. freshest frame: none -> fallback `no_frame`; received more than `max_frame_age_ms` before `t0`
    -> fallback `stale_frame`; a frame-quality check tripped on it (its verdict came with it from the camera,
    frame_quality.py) -> fallback `frame_quality`; a frame failing a check not tripped yet is never admitted either:
-   the tick is a `repeat`; no new frame since the last submitted one -> the last model action
-   again (`repeat`, no engine work; a fallback `repeat` if the model never produced one);
+   the tick is a `repeat`; a model with a state input and no accepted robot state, or one older than
+   `max_state_age_ms` at `t0` (robot_state.py) -> fallback `stale_state` (never a zero-filled state); no new
+   frame since the last submitted one -> the last model action again (`repeat`, no engine work; a fallback
+   `repeat` if the model never produced one);
 3. admission: `busy` (a late chunk still runs), `cold`, `refused` (estimate does not fit) -> fallback;
    optional (`probe_after` > 0; off by default here, the node turns it on through `reprobe_after_s`): while
    refusing, one chunk runs in the background (its action unused, nothing waits for it), because the EMAs
@@ -26,9 +28,10 @@ and `record_published`; the ReasoningNode and `vla-edge-bench` both call that st
    run after a long idle gap was measured 2-5x slower than one run every cycle (BENCHMARKS.md, "Admission
    on a slow host"), so rare probes would keep the estimate above the budget. A model that really does not
    fit costs one background chunk per `probe_after` cycles;
-4. admitted: `engine.submit(frame)`, wait until `t0 + period - margin`: done -> model action
-   (`fresh`); not done -> fallback `overrun`, returned right at that wait deadline; the forward pass
-   overflowed (NaN/inf logits) -> fallback `non_finite`; the engine raised -> fallback `engine_error`;
+4. admitted: `engine.submit(frame)` (with the state: `engine.submit(frame, state)`), wait until
+   `t0 + period - margin`: done -> model action (`fresh`); not done -> fallback `overrun`, returned right at that
+   wait deadline; the forward pass overflowed (NaN/inf logits) -> fallback `non_finite`; the engine raised ->
+   fallback `engine_error`;
 5. EMAs updated from the chunk's measured per-phase timings.
 
 `Runtime.step` publishes `outcome.action` (after `finalize`, the last guard, and the command limits) and then
@@ -59,6 +62,7 @@ from .constants import ACTION_TOKENS, MAX_FRAME_AGE_MS, PERIOD_MS, SAFETY_MARGIN
 from .frame_buffer import FrameBuffer
 from .frame_quality import names as quality_names, unpack_word
 from .metrics import CycleStats
+from .robot_state import MAX_STATE_AGE_MS
 
 FALLBACK_MODES = ("zero", "hold")
 # Every reason a cycle can end with. "repeat" is a model action when one exists, else a fallback.
@@ -68,15 +72,16 @@ FALLBACK_MODES = ("zero", "hold")
 # "internal_error": the caller's last resort when the cycle itself raised (see `internal_error_outcome`).
 # "instruction_change": a new instruction is being prefilled into the pinned prompt (see `request_instruction`).
 # "frame_quality": the camera's frame-quality checks (frame_quality.py) tripped: the frame is not admitted.
+# "stale_state": the model takes the robot's state and has none newer than max_state_age_ms (robot_state.py).
 REASONS = ("fresh", "repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-           "internal_error", "non_finite", "inactive", "instruction_change", "frame_quality")
+           "internal_error", "non_finite", "inactive", "instruction_change", "frame_quality", "stale_state")
 FALLBACK_REASONS = tuple(r for r in REASONS if r != "fresh")  # "repeat" is a fallback until a model action exists
 SOURCES = ("model", "plan", "fallback")
 # Reasons whose tick may publish the plan's action for it (action chunks, action_plan.py): the model had no fresh
 # action, but one it planned earlier is for this tick. An instruction change (the old task's plan), a stop and the
-# cycle's own failure never do; a stale or missing frame lets the plan run out and never extends it.
+# cycle's own failure never do; a stale or missing frame (or state) lets the plan run out and never extends it.
 PLAN_REASONS = ("repeat", "no_frame", "stale_frame", "refused", "busy", "cold", "overrun", "engine_error",
-                "non_finite", "frame_quality")
+                "non_finite", "frame_quality", "stale_state")
 ERROR_REASONS = ("overrun", "engine_error", "internal_error", "non_finite")  # the rest of the fallbacks are warnings
 TWIST_COMPONENTS = 6
 
@@ -139,6 +144,8 @@ class CycleOutcome:
     frame_quality: str = ""
     quality_tripped: bool = False
     quality_blocks: bytes = b""
+    # the robot state's age at t0 (ms; a model with a state input: None before any accepted state)
+    state_age_ms: float | None = None
 
 
 HOLD_TIMEOUT_S = 0.2  # fallback hold: the last action is repeated for at most this long, then zero (a base: 0.5 s)
@@ -159,7 +166,7 @@ class ReasoningCycle:
                  max_frame_age_ms: float = MAX_FRAME_AGE_MS,
                  fallback: str = "zero", clock=time.monotonic, stats: CycleStats | None = None,
                  probe_after: int = 0, hold_timeout_s: float = HOLD_TIMEOUT_S, instruction_min_cycles: int = 1,
-                 plan: ActionPlan | None = None):
+                 plan: ActionPlan | None = None, state=None, max_state_age_ms: float = MAX_STATE_AGE_MS):
         if fallback not in FALLBACK_MODES:
             raise ValueError(f"fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
         check_budget(period_ms, safety_margin_ms)
@@ -175,6 +182,9 @@ class ReasoningCycle:
         self.probe_after = int(probe_after)
         self.stats = stats if stats is not None else CycleStats()
         self.plan = plan if plan is not None else ActionPlan(1)  # one action a chunk: no plan, today's loop
+        self.state = state  # robot_state.StateBuffer of a model with a state input, else None
+        self.max_state_age_ms = _check_state_age(max_state_age_ms)
+        self.stale_states = 0  # ticks without a state fresh enough (fallback stale_state)
         self._pending_slot = 0  # grid slot of the tick whose frame the pending chunk runs on
 
         self._last_seq = -1  # seq of the last frame submitted to the engine
@@ -217,7 +227,7 @@ class ReasoningCycle:
     def configure(self, period_ms: float | None = None, safety_margin_ms: float | None = None,
                   max_frame_age_ms: float | None = None, fallback: str | None = None,
                   probe_after: int | None = None, hold_timeout_s: float | None = None,
-                  instruction_min_cycles: int | None = None) -> None:
+                  instruction_min_cycles: int | None = None, max_state_age_ms: float | None = None) -> None:
         """Change settings between ticks (the caller's thread, e.g. a parameter callback on the timer's
         executor). Raises ValueError and changes nothing when the new values are impossible."""
         period_s = self.period_s if period_ms is None else float(period_ms) / 1000.0
@@ -229,7 +239,9 @@ class ReasoningCycle:
         if max_frame_age_ms is not None and not (float(max_frame_age_ms) > 0.0):
             raise ValueError(f"max_frame_age_ms must be > 0, got {max_frame_age_ms!r}")
         hold = self.hold_timeout_s if hold_timeout_s is None else _check_hold_timeout(hold_timeout_s)
+        state_age = self.max_state_age_ms if max_state_age_ms is None else _check_state_age(max_state_age_ms)
         self.period_s, self.margin_s, self.fallback, self.hold_timeout_s = period_s, margin_s, fb, hold
+        self.max_state_age_ms = state_age
         if max_frame_age_ms is not None:
             self.max_frame_age_ms = float(max_frame_age_ms)
         if probe_after is not None:
@@ -315,6 +327,14 @@ class ReasoningCycle:
             return self._fallback(out, "stale_frame")
         if frame.quality and self._quality_step(out, frame):
             return out
+        state = None
+        if self.state is not None:
+            sample = self.state.latest()
+            out.state_age_ms = None if sample is None else sample.age_ms(t0)
+            if sample is None or out.state_age_ms > self.max_state_age_ms:
+                self.stale_states += 1
+                return self._fallback(out, "stale_state")
+            state = sample.vector
         if frame.seq <= self._last_seq:
             if self._last_model is None or self.plan.enabled:  # a plan is never extended by repeating its end
                 return self._fallback(out, "repeat")
@@ -329,7 +349,7 @@ class ReasoningCycle:
                                   reserve_ms=slack_s * 1000.0, horizon_ms=horizon_ms)
         out.remaining_ms, out.estimate_ms = d.remaining_ms, d.estimate_ms
         if d.reason == "refused" and self.probe_after > 0 and self._refusals_in_row >= self._probe_gap:
-            return self._probe(out, frame)
+            return self._probe(out, frame, state)
         if not d.admit:
             self._refusals_in_row += d.reason == "refused"
             return self._fallback(out, d.reason)
@@ -343,7 +363,7 @@ class ReasoningCycle:
         # publishes its plan action now instead of at the guard's wait end (one wake-up fewer to be late for)
         expected_later = d.estimate_ms > d.remaining_ms
         try:
-            fut = self.engine.submit(image)
+            fut = self.engine.submit(image) if state is None else self.engine.submit(image, state)
             res = fut.result(timeout=0.0 if expected_later else max(0.0, out.wait_until - self.clock()))
         except concurrent.futures.TimeoutError:
             # Walk away: the late result is harvested by a later tick (with a plan its actions still ahead are used,
@@ -603,7 +623,7 @@ class ReasoningCycle:
         self._learn(res.timings)
         self.stats.chunk_ms.add(res.timings.total_ms)  # a late chunk's cost is part of the chunk distribution
 
-    def _probe(self, out: CycleOutcome, frame) -> CycleOutcome:
+    def _probe(self, out: CycleOutcome, frame, state=None) -> CycleOutcome:
         """Re-measure the chunk cost in the background: the refusal fallback goes out now, the probe chunk
         runs on the engine worker like a late chunk (later ticks say `busy`, the harvest learns its
         timings) and its action is never used. Nothing waits for it, so it cannot make a publish late."""
@@ -611,7 +631,8 @@ class ReasoningCycle:
         self.probes += 1
         out.probe = True
         try:
-            self._pending = self.engine.submit(np.array(frame.image, copy=True))
+            image = np.array(frame.image, copy=True)
+            self._pending = self.engine.submit(image) if state is None else self.engine.submit(image, state)
             self._pending_seq = frame.seq
             self._probe_budget_ms = out.remaining_ms
         except Exception as e:  # noqa: BLE001 - a probe that cannot start is an engine error, not a crash
@@ -672,6 +693,13 @@ class ReasoningCycle:
                 out.hold_expired = True
         self._last_action = out.action
         return out
+
+
+def _check_state_age(v) -> float:
+    v = float(v)
+    if not (math.isfinite(v) and v > 0.0):
+        raise ValueError(f"max_state_age_ms must be finite and > 0, got {v!r}")
+    return v
 
 
 def _check_hold_timeout(v) -> float:

@@ -100,6 +100,7 @@ class LoopRecord:
     plan: dict = field(default_factory=dict)  # Runtime.plan_values(): K, chunk_execute, the blend, landing counts
     quality_refused: int = 0  # ticks whose frame had a tripped quality check (fallback frame_quality)
     quality_held: int = 0  # ticks whose frame failed a check not tripped yet (not admitted: the last action again)
+    state: dict | None = None  # Runtime.state_values() + stale_state_ticks; None: the model takes no robot state
 
     @property
     def overruns(self) -> int:
@@ -146,11 +147,13 @@ class LoopRecord:
         if self.instruction is not None:
             r.update(self.instruction)
         r.update(self.plan)
+        if self.state is not None:
+            r.update({k: ("n/a" if v is None else v) for k, v in self.state.items()})
         return r
 
     def report(self) -> dict:
         """The loop section of a vla-edge-bench run (report.json): counts, rates, quantiles, limits, admission."""
-        skip = {"ema", "admission_decisions", "wake_slack_ms", "instruction", "plan", *LATENCIES}
+        skip = {"ema", "admission_decisions", "wake_slack_ms", "instruction", "plan", "state", *LATENCIES}
         r = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         r["fallbacks"] = {reason: self.fallbacks.get(reason, 0) for reason in FALLBACK_REASONS}
         r.update({name: getattr(self, name).as_dict() for name in LATENCIES})
@@ -158,11 +161,13 @@ class LoopRecord:
         r["wake_slack_ms_end"] = self.wake_slack_ms
         r["instruction"] = self.instruction
         r["plan"] = dict(self.plan)
+        r["state"] = None if self.state is None else dict(self.state)
         return r
 
 
 def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend: str, peak_vram_bytes,
-                admission_warning: str | None, instruction: dict | None, plan: dict | None = None) -> LoopRecord:
+                admission_warning: str | None, instruction: dict | None, plan: dict | None = None,
+                state: dict | None = None) -> LoopRecord:
     """The record of a running loop from its parts (Runtime.record passes its own)."""
     st, s = cycle.stats, cycle.stats.summary()
     es = engine_stats
@@ -186,7 +191,8 @@ def loop_record(cycle, limiter, admission, engine_stats: dict, settings, backend
         weights=es.get("weights", "n/a"), action_decoding=es.get("action_decoding", "n/a"),
         peak_vram_bytes=peak_vram_bytes, vram_ceiling_gb=settings.vram_ceiling_gb, period_ms=settings.period_ms,
         admission_warning=admission_warning, instruction=instruction, plan=dict(plan or {}),
-        quality_refused=getattr(cycle, "quality_refused", 0), quality_held=getattr(cycle, "quality_held", 0))
+        quality_refused=getattr(cycle, "quality_refused", 0), quality_held=getattr(cycle, "quality_held", 0),
+        state=None if state is None else {**state, "stale_state_ticks": getattr(cycle, "stale_states", 0)})
 
 
 CAMERA_PROCESS_KEYS = ("process_pid", "process_state", "process_restarts", "process_last_exit", "process_error",
@@ -312,6 +318,8 @@ def cycle_values(out: CycleOutcome, cycle_index: int, t_publish: float, late: bo
     if out.t_command is not None:
         vals["t_command_monotonic"] = f"{out.t_command:.6f}"
     # frame quality: the checks this frame fails ("" passes or unchecked), and whether one is tripped (frames refused)
+    if out.state_age_ms is not None or out.reason == "stale_state":  # a model with a state input
+        vals["state_age_ms"] = out.state_age_ms if out.state_age_ms is not None else nan
     vals["frame_quality"] = out.frame_quality
     vals["frame_quality_tripped"] = out.quality_tripped
     if out.instruction is not None:  # the task this cycle ran under, and since when (monotonic s; -1: start-up)

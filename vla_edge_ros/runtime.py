@@ -30,6 +30,7 @@ from .diagnostics import LoopRecord, loop_record
 from .frame_buffer import FrameBuffer
 from .instruction import InstructionError, summary
 from .metrics import VramSampler
+from .robot_state import StateBuffer, model_mapper, synthetic_state
 from .kv_cache import min_capacity
 
 TEST_FAULT_ENV = "VLA_EDGE_TEST_FAULT_FILE"  # test-only fault injection: chunks fail while the named file exists
@@ -68,12 +69,14 @@ def warm_up(engine, chunks: int, should_stop=lambda: False, seed: int = 0) -> li
     if chunks <= 0:
         return []
     rng = np.random.default_rng(seed)
+    dim = int(getattr(engine, "state_dim", 0) or 0)  # a model with a state input gets a made-up state
     timings = []
     for i in range(chunks):
         if should_stop():
             raise WarmupInterrupted(f"interrupted after {i} of {chunks} warm-up chunks")
         frame = rng.integers(0, 256, (FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
-        res = engine.submit(frame).result() if i == chunks - 1 else engine.run_chunk(frame)
+        kw = {"state": synthetic_state(dim, 0.1 * i, seed)} if dim else {}
+        res = engine.submit(frame, **kw).result() if i == chunks - 1 else engine.run_chunk(frame, **kw)
         timings.append(res.timings)
     engine.warmup(0)  # no dry chunk: only the reset, so the live stream starts with an empty history
     return timings
@@ -182,11 +185,13 @@ class Runtime:
                 admission.update(t)
             settle_after_warmup()
             plan = ActionPlan(engine_action_chunk(engine), s.chunk_execute, s.chunk_blend, s.chunk_blend_weight)
+            state = state_buffer(engine, s, warn)
             cycle = ReasoningCycle(engine, frame_buffer, admission, period_ms=s.period_ms,
                                    safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                                    fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
                                    stats=stats, hold_timeout_s=s.hold_timeout_s,
-                                   instruction_min_cycles=s.instruction_min_interval_cycles, plan=plan)
+                                   instruction_min_cycles=s.instruction_min_interval_cycles, plan=plan,
+                                   state=state, max_state_age_ms=s.max_state_age_ms)
             if getattr(engine, "instruction_error", None):
                 warn(f"instruction refused at start-up, running with the default prompt: {engine.instruction_error}")
             cfg = getattr(engine, "cfg", None)
@@ -289,7 +294,8 @@ class Runtime:
         self.cycle.configure(period_ms=s.period_ms if "period_ms" in changes else None,
                              safety_margin_ms=s.safety_margin_ms, max_frame_age_ms=s.max_frame_age_ms,
                              fallback=s.fallback, probe_after=probe_after_cycles(s.reprobe_after_s, s.period_ms),
-                             hold_timeout_s=s.hold_timeout_s, instruction_min_cycles=s.instruction_min_interval_cycles)
+                             hold_timeout_s=s.hold_timeout_s, instruction_min_cycles=s.instruction_min_interval_cycles,
+                             max_state_age_ms=s.max_state_age_ms)
         if {"period_ms", "safety_margin_ms"} & set(changes):
             self.deadline_warning = self._deadline_warning()
         if {"velocity_limits", "acceleration_limits", "period_ms", "base_command_timeout_s"} & set(changes):
@@ -344,7 +350,32 @@ class Runtime:
         return loop_record(self.cycle, self.limiter, self.admission, es, self.settings, self.backend_name,
                            max(peaks) if peaks else None, self.deadline_warning,
                            self.instruction_values() if getattr(self.engine, "prompts", None) is not None else None,
-                           self.plan_values())
+                           self.plan_values(), self.state_values())
+
+    @property
+    def state(self) -> StateBuffer | None:
+        """The robot state's buffer (a model with a state input), which the node's ~/joint_states feeds; else None."""
+        return self.cycle.state
+
+    def state_values(self) -> dict | None:
+        """The robot state's counts, age and last refusal, and the stale ticks (None: the model takes no state)."""
+        buf = self.cycle.state
+        if buf is None:
+            return None
+        return {**buf.values(self.cycle.clock()), "state_joints": ",".join(buf.mapper.joints),
+                "state_fields": ",".join(buf.mapper.fields), "max_state_age_ms": self.cycle.max_state_age_ms}
+
+    def state_warning(self) -> str | None:
+        """Why the robot state cannot drive now (none yet, older than max_state_age_ms), else None."""
+        buf = self.cycle.state
+        if buf is None:
+            return None
+        sample, limit = buf.latest(), self.cycle.max_state_age_ms
+        why = f"; last refused: {buf.last_refusal}" if buf.last_refusal else ""
+        if sample is None:
+            return f"no robot state yet (the model needs {buf.dim} values on ~/joint_states){why}"
+        age = sample.age_ms(self.cycle.clock())
+        return f"robot state stale: {age:.0f} ms old > max_state_age_ms {limit:g}{why}" if age > limit else None
 
     def retained_frame_ids(self) -> list[int]:
         """The frame ids the KV cache holds now, oldest first (the bench's history coverage)."""
@@ -431,6 +462,24 @@ def model_state_tokens(path: str) -> int:
         return int(getattr(load_config(path), "state_tokens", 0))
     except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
         return 0
+
+
+def state_buffer(engine, s, warn=print) -> StateBuffer | None:
+    """The StateBuffer of an engine whose model takes the robot's state (None: it takes none; a state_joints setting
+    is then warned about). Raises ParamError when its joints cannot be known (robot_state.model_mapper)."""
+    from .settings import ParamError
+
+    cfg, dim = getattr(engine, "cfg", None), int(getattr(engine, "state_dim", 0) or 0)
+    try:
+        mapper = model_mapper(dim, getattr(cfg, "state_joints", ()), getattr(cfg, "state_fields", ()),
+                              getattr(s, "state_joints", ()))
+    except ValueError as e:
+        raise ParamError(str(e)) from None
+    if mapper is None:
+        if any(getattr(s, "state_joints", ())):
+            warn("state_joints is set but the model takes no robot state (no vla_state_dim): nothing is subscribed")
+        return None
+    return StateBuffer(mapper)
 
 
 def engine_action_chunk(engine) -> int:

@@ -32,6 +32,8 @@ from .eviction import POLICY_NAMES
 from .frame_quality import CHECKS as QUALITY_CHECKS, QualitySettings
 from .instruction import MAX_INSTRUCTION_CHARS, TEMPLATES
 from .kv_cache import capacity_problem
+from .model.config import MAX_JOINT_NAME
+from .robot_state import MAX_STATE_AGE_MS
 
 
 class ParamError(ValueError):
@@ -115,6 +117,14 @@ REASONING_SPECS: tuple[Spec, ...] = (
     Spec("max_frame_age_ms", MAX_FRAME_AGE_MS, "A frame older than this (since receive) is stale: fallback.",
          1.0, 60000.0,
          tunable=True),
+    Spec("state_joints", [""], "A model with a robot-state input (config.json vla_state_dim): the joint names of "
+         "its state in the model's order, as sensor_msgs/JointState on ~/joint_states names them; each message is "
+         "matched by name, never by index. [''] (the default): the checkpoint's vla_state_joints; a checkpoint that "
+         "names its joints must not be given other names. Which fields (position, velocity) is the checkpoint's "
+         "vla_state_fields.", configure_time=True, max_chars=MAX_JOINT_NAME),
+    Spec("max_state_age_ms", MAX_STATE_AGE_MS, "A model with a robot-state input never acts on a state older than "
+         "this (its header stamp on this node's clock, sim time under use_sim_time): fallback stale_state.",
+         1.0, 60000.0, tunable=True),
     Spec("backend", "auto", "Engine backend: auto (cuda if a GPU is usable, else numpy) | numpy | cuda.",
          choices=BACKENDS, configure_time=True),
     Spec("model_path", "", "HF-layout model directory (config.json + safetensors). Required unless make_tiny_model.",

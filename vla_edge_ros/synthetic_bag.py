@@ -51,12 +51,19 @@ def make_test_bag(
     corrupt: tuple[int, ...] = (),
     encoding: str = "rgb8",
     frame_id: str = "camera",
+    joints: tuple[str, ...] = (),
+    joint_hz: float = 100.0,
+    joint_gap: tuple[float, float] | None = None,
 ) -> Path:
     """Write a rosbag2 bag of ``frames`` synthetic images at ``fps`` and return its directory.
 
     ``fmt`` raw -> sensor_msgs/Image (``encoding`` rgb8 or bgr8), compressed -> CompressedImage (jpeg).
     Message indices in ``corrupt`` are written as undeserializable garbage (to test skipping).
     Header stamps = ``start_ns + i/fps``; bag receive time = header stamp.
+    ``joints``: also a sensor_msgs/JointState topic ``/joint_states`` at ``joint_hz`` over the same time, position
+    and velocity of each joint a slow sine (joint j: sin(t + j), cos(t + j)), the names in a different order in each
+    message (a subscriber must match them by name); none in the ``joint_gap`` (start, end) seconds (a stalled
+    publisher).
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
 
@@ -76,6 +83,8 @@ def make_test_bag(
     writer.open()
     try:
         conn = writer.add_connection(topic, msgtype, typestore=ts)
+        if joints:
+            _write_joint_states(writer, ts, Header, Time, joints, start_ns, frames / fps, joint_hz, joint_gap)
         for i in range(frames):
             t = start_ns + int(round(i * 1e9 / fps))
             if i in corrupt:
@@ -97,6 +106,30 @@ def make_test_bag(
     finally:
         writer.close()
     return path
+
+
+def joint_values(joints, t: float) -> dict:
+    """The made-up state of `make_test_bag` at `t` seconds, in `joints` order: field -> float64 values."""
+    j = np.arange(len(joints), dtype=np.float64)
+    return {"position": np.sin(t + j), "velocity": np.cos(t + j)}
+
+
+def _write_joint_states(writer, ts, Header, Time, joints, start_ns: int, seconds: float, hz: float, gap) -> None:
+    msgtype = "sensor_msgs/msg/JointState"
+    conn = writer.add_connection("/joint_states", msgtype, typestore=ts)
+    rng = np.random.default_rng(0)
+    for k in range(int(seconds * hz) + 1):
+        t_s = k / hz
+        if gap is not None and gap[0] <= t_s < gap[1]:
+            continue
+        t = start_ns + int(round(t_s * 1e9))
+        order = rng.permutation(len(joints))
+        vals = joint_values(joints, t_s)
+        msg = ts.types[msgtype](header=Header(stamp=Time(sec=t // 1_000_000_000, nanosec=t % 1_000_000_000),
+                                              frame_id=""),
+                                name=[joints[i] for i in order], position=vals["position"][order],
+                                velocity=vals["velocity"][order], effort=np.zeros(0, np.float64))
+        writer.write(conn, t, ts.serialize_cdr(msg, msgtype))
 
 
 def write_degraded_bag(source, path, schedule: dict[int, str], seed: int = 0, quality: int = 90) -> Path:

@@ -96,6 +96,9 @@ class DiagnosticsOutput:
         n, out = self.node, []
         if n.runtime is not None and n.runtime.deadline_warning:
             out.append(n.runtime.deadline_warning)
+        state = n.runtime.state_warning() if n.runtime is not None else None
+        if state:
+            out.append(state)
         if self.sim_time_active() and n.get_clock().now().nanoseconds == 0:
             out.append("no /clock: use_sim_time is true and no clock message arrived, so every command is stamped 0 "
                        "(play the bag with --clock, or set use_sim_time false)")

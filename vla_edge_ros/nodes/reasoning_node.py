@@ -6,6 +6,7 @@ The loop itself is ROS-free (``runtime.Runtime``: engine + admission + ``cycle.R
 vla-edge-bench); this node reads parameters, owns the steady-clock timer, calls ``Runtime.step`` once per tick
 and turns what it returns into messages:
 
+* ``~/joint_states`` in (sensor_msgs/JointState, only for a model with a robot-state input: nodes/state_input.py);
 * ``~/action`` (TwistStamped or Twist, ``action_type``), first, before any bookkeeping: stamped with this node's
   clock at publish (``action_stamp: now``, the default), or with the source frame's capture stamp
   (``action_stamp: frame``; "now" before the first frame and for a stamp too far from the clock);
@@ -52,6 +53,7 @@ from .debug_image import DebugImageOutput, render_debug
 from .diagnostics_output import LEVELS, DiagnosticsOutput
 from .instruction_input import InstructionInput
 from .params import declare_and_read, enable_runtime_updates
+from .state_input import StateInput
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 STEADY = ClockType.STEADY_TIME
@@ -100,6 +102,7 @@ class ReasoningNode(LifecycleNode):
         # ~/instruction (taken in the camera process when there is one) and the parameter's check
         self.instructions = InstructionInput(self, lambda: self.runtime, getattr(camera, "instruction_mailbox", None))
         self.add_on_set_parameters_callback(self._check_plan_params)  # chunk_execute against the model's K
+        self.state_input = StateInput(self)  # ~/joint_states while a model with a state input is configured
         self._guard_change_state_service()
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -166,6 +169,7 @@ class ReasoningNode(LifecycleNode):
         if rt.deadline_warning:
             self.get_logger().warn(rt.deadline_warning)
         self.instructions.configured()
+        self.state_input.configure(rt)
         return SUCCESS
 
     def _build(self) -> Runtime:
@@ -262,6 +266,7 @@ class ReasoningNode(LifecycleNode):
     def _release(self) -> None:
         """Close the runtime and drop every reference to it (cleanup, shutdown, error)."""
         self._destroy_timer("timer")
+        self.state_input.release()
         if self.runtime is not None:
             self.runtime.close()
         self.runtime = None

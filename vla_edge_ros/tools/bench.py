@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..admission import AdmissionController, Decision, budget_problem
-from ..clips import SYNTHETIC, ClipError, SyntheticClip, load_model_frames, open_clip
+from ..clips import SYNTHETIC, BagClip, BagJointStates, ClipError, SyntheticClip, load_model_frames, open_clip
 from ..constants import CPU_KV_CAPACITY_TOKENS, KV_CAPACITY_TOKENS
 from ..cycle import REPROBE_AFTER_S, probe_after_cycles
 from ..engine import cuda_available
@@ -54,6 +54,7 @@ from ..model.safetensors_io import ModelLoadError, bf16_to_f32
 from ..model.checkpoint import check_model_path, load_model
 from ..output_dir import OutputDirError, atomic_output_dir
 from ..realtime import normal_scheduling, set_realtime_priority, tighten_gil_switch
+from ..robot_state import synthetic_state
 from ..runtime import Runtime, StartupError
 from ..settings import CAMERA_SPECS, ReasoningSettings
 from .cli import (Parser, add_setting_options, bounded, check_out_dir, fail, finite_non_negative, non_negative_int,
@@ -68,11 +69,16 @@ class CameraReplay(threading.Thread):
     produced. `clip_index_of_seq[seq]` maps a FrameBuffer seq back to its camera frame index.
     """
 
-    def __init__(self, frames: np.ndarray, hz: float, fb: FrameBuffer, verdicts: list | None = None):
+    def __init__(self, frames: np.ndarray, hz: float, fb: FrameBuffer, verdicts: list | None = None,
+                 state=None, states: "ClipStates | None" = None, seed: int = 0):
         """`verdicts[i]`: clip frame i's frame-quality verdict (word, block map), published with it; None: no
-        check (as a node with frame_quality false)."""
+        check (as a node with frame_quality false). `state`: the runtime's StateBuffer (a model with a state input):
+        with each frame the robot state of its time is offered to it, as ~/joint_states would, from `states` (a
+        bag's JointState topic aligned to the clip) or else a synthetic one (robot_state.synthetic_state)."""
         super().__init__(name="camera-replay", daemon=True)
         self.frames, self.hz, self.fb, self.verdicts = frames, float(hz), fb, verdicts
+        self.state, self.states, self.seed = state, states, seed
+        self._last_state = None  # (clip pass, bag message index) last offered
         self.camera_index_of_seq: list[int] = []
         self.produced = 0  # camera frames 0..produced-1 happened
         self._halt = threading.Event()
@@ -91,12 +97,46 @@ class CameraReplay(threading.Thread):
             word, blocks = self.verdicts[i] if self.verdicts else (0, None)
             self.fb.publish(self.frames[i], stamp_ns=int(round(k * 1e9 / self.hz)), quality=word, blocks=blocks)
             self.camera_index_of_seq.append(k)
+            if self.state is not None:
+                self._offer_state(i, k)
             self.produced = k + 1
             k += 1
 
     def stop(self) -> None:
         self._halt.set()
         self.join()
+
+    def _offer_state(self, i: int, k: int) -> None:
+        """Camera frame k (clip frame i): the state a JointState publisher would have sent by then."""
+        now_ns = STATE_STAMP_BASE_NS + int(round(k * 1e9 / self.hz))
+        if self.states is None:
+            m = self.state.mapper
+            v, n = synthetic_state(m.dim, k / self.hz, self.seed), len(m.joints)
+            self.state.offer(m.joints, {f: v[j * n:(j + 1) * n] for j, f in enumerate(m.fields)}, now_ns, now_ns)
+            return
+        j = self.states.index[i]
+        key = (k // len(self.frames), j)
+        if j is None or key == self._last_state:  # no message yet / none since: the one held ages
+            return
+        self._last_state = key
+        names, arrays = self.states.bag.messages[j]
+        self.state.offer(names, arrays, now_ns - self.states.age_ns[i], now_ns)
+
+
+class ClipStates:
+    """A bag's JointState topic aligned to the clip's frames: for frame i the latest message stamped at or before
+    it (`index[i]`, None: none yet) and how much older than the frame it is (`age_ns[i]`)."""
+
+    def __init__(self, bag: BagJointStates, frame_stamps: np.ndarray):
+        self.bag = bag
+        self.index = bag.at(frame_stamps)
+        self.age_ns = [0 if j is None else int(s - bag.stamps[j]) for j, s in zip(self.index, frame_stamps)]
+
+    def report(self) -> dict:
+        """What the clip's state source was, for report.json."""
+        return {"source": f"bag topic {self.bag.topic}", "messages": len(self.bag),
+                "damaged_messages": self.bag.skipped_corrupt,
+                "frames_without_state": sum(j is None for j in self.index)}
 
 
 def pooled_embeddings(weights, frames: np.ndarray) -> np.ndarray:
@@ -151,7 +191,9 @@ BENCH_SETTINGS = ("period_ms", "safety_margin_ms", "ema_alpha", "tail_k", "max_f
                   "kv_capacity_tokens", "window_frames", "vram_ceiling_gb", "warmup_chunks", "realtime_priority",
                   "fallback", "hold_timeout_s", "action_low", "action_high", "twist_map", "twist_scale",
                   "velocity_limits", "acceleration_limits", "base_command_timeout_s", "instruction",
-                  "instruction_min_interval_cycles", "chunk_execute", "chunk_blend", "chunk_blend_weight")
+                  "instruction_min_interval_cycles", "chunk_execute", "chunk_blend", "chunk_blend_weight",
+                  "max_state_age_ms", "state_joints")
+STATE_STAMP_BASE_NS = 10**9  # the replayed camera's clock starts here: a state stamp is never the unset 0
 
 
 # The camera's frame-quality thresholds the bench takes as options (the checks themselves: --frame-quality-checks).
@@ -174,7 +216,7 @@ def bench_settings(args, policy: str) -> ReasoningSettings:
 
 
 def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
-               progress, verdicts: list | None = None) -> tuple[dict, dict]:
+               progress, verdicts: list | None = None, states: ClipStates | None = None) -> tuple[dict, dict]:
     """One policy on one clip: `Runtime.step` every period, as the node's timer calls it (the last guard and the
     command limits included), the "publish" only an instant. Returns (metrics for report.json, raw series for the
     plot)."""
@@ -192,7 +234,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
         refused = set_realtime_priority(args.realtime_priority)
         if refused:
             print(f"vla-edge-bench: {refused}", file=sys.stderr, flush=True)
-        camera = CameraReplay(frames, args.camera_hz, fb, verdicts)
+        camera = CameraReplay(frames, args.camera_hz, fb, verdicts, rt.state, states, args.seed)
         camera_index_of_frame_id: dict[int, int] = {}
         chunk_totals: list[float] = []  # every measured chunk: fresh, late and probes
         publish_lags: list[float] = []  # overruns: publish time - the guard's wait end (ms)
@@ -600,6 +642,11 @@ def build_parser() -> Parser:
     p.add_argument("--probe-after", type=non_negative_int, default=None,
                    help="while refusing, run one background chunk after at most this many refusals in a row to "
                         "re-measure its cost (0: never) (default: the node's reprobe_after_s, 2 s of periods)")
+    p.add_argument("--state-topic", default=None, metavar="TOPIC",
+                   help="a model with a robot-state input: the sensor_msgs/JointState topic of the bag clips to take "
+                        "it from, each frame given the latest message stamped at or before it (matched by name; "
+                        "older than --max-state-age-ms at the tick: fallback stale_state). Without it a model with a "
+                        "state input gets a synthetic state (default: none)")
     p.add_argument("--admit-all", action="store_true",
                    help="admit every chunk that is not busy (the guard still publishes at the deadline): the share "
                         "of chunks that fit is then the oracle to judge admission against (default: off)")
@@ -692,9 +739,14 @@ def run(args, argv) -> int:
         source = open_clip(spec, n_frames=n_frames, cut_at=run_frames // 3, seed=args.seed)
         # Decoded up front (a damaged clip fails before any run; decoding never competes with the engine).
         gate, verdicts = quality_gate(args), []
-        frames, _ = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction, gate=gate,
-                                      verdicts=verdicts)
-        sources.append((spec, source, frames, gate, verdicts if gate is not None else None))
+        frames, stamps = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction,
+                                           gate=gate, verdicts=verdicts)
+        states = None
+        if args.state_topic:
+            if not isinstance(source, BagClip):
+                raise ClipError(f"{spec}: --state-topic reads a bag's JointState topic; this clip is not a bag")
+            states = ClipStates(BagJointStates(source.path, args.state_topic), stamps)
+        sources.append((spec, source, frames, gate, verdicts if gate is not None else None, states))
     tmp_model = None
     try:
         if not args.model:
@@ -719,7 +771,7 @@ def run(args, argv) -> int:
                         disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
         clips, series = [], {}
         labels = model_labels(args.model, all_weights)
-        for spec, source, frames, gate, verdicts in sources:
+        for spec, source, frames, gate, verdicts, states in sources:
             embeddings = [pooled_embeddings(w, frames) for w in all_weights]
             name = source.name if spec not in SYNTHETIC else spec
             while name in series:
@@ -731,6 +783,8 @@ def run(args, argv) -> int:
                     "cut_at": getattr(source, "cut_at", None), "expected_frames": source.expected,
                     "damaged_frames": source.counters.skipped_corrupt, "policies": {}}
             clip["frame_quality"] = quality_report(gate, verdicts)
+            if cfg.state_dim:  # the model takes the robot's state: where each run's came from
+                clip["state"] = states.report() if states is not None else {"source": "synthetic"}
             clip["notes"] = clip_notes(clip, args.camera_hz, run_frames)
             series[name] = {}
             for label, mdir, w, emb in zip(labels, args.model, all_weights, embeddings):
@@ -738,7 +792,7 @@ def run(args, argv) -> int:
                     key = policy if len(args.model) == 1 else f"{label}:{policy}"
                     progress.set_postfix_str(f"{name} {key}")
                     clip["policies"][key], series[name][key] = run_policy(
-                        args, w, mdir, policy, frames, emb, progress, verdicts)
+                        args, w, mdir, policy, frames, emb, progress, verdicts, states)
                     gc.collect()  # drop the previous engine's cache before the next one allocates
             clips.append(clip)
         progress.close()

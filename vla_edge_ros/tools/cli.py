@@ -138,7 +138,7 @@ def _setting_type(spec):
 
     d = spec.default
     if isinstance(d, list):
-        kind = int if d and isinstance(d[0], int) else float
+        kind = int if d and isinstance(d[0], int) else str if d and isinstance(d[0], str) else float
 
         def parse_list(text: str):
             parts = [x.strip() for x in text.strip().strip("[]").split(",") if x.strip()]
@@ -146,7 +146,7 @@ def _setting_type(spec):
                 v = [kind(x) for x in parts]
             except ValueError:
                 raise argparse.ArgumentTypeError(f"expected {spec.length or ''} comma-separated "
-                                                 f"{'integers' if kind is int else 'numbers'}, "
+                                                 f"{ {int: 'integers', str: 'names'}.get(kind, 'numbers')}, "
                                                  f"not {text[:60]!r}") from None
             problems = check_specs({spec.name: v}, [spec])
             if problems:

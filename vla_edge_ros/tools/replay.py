@@ -13,6 +13,13 @@ The frames come from :mod:`vla_edge_ros.clips`, the same source layer the bench 
   reading goes on past them; stamps = start wall time + the frame's position in the clip.
 * an image folder (png/jpg/..., sorted by name) at ``--fps`` (default 30); ``synthetic`` / ``synthetic-cut``.
 
+The robot's state for a model with a state input (``--state-out``, default /joint_states, sensor_msgs/JointState):
+``--state-topic T`` takes a bag's JointState topic T and publishes, just before each frame, the latest message stamped
+at or before it (once; a stalled recording publishes nothing new, so the node's state ages). Without ``--clock`` its
+stamp is moved to now minus its age at the frame, so it is as old at the node as it was in the recording; with
+``--clock`` it keeps its recorded stamp (the node follows /clock). ``--state-joints A,B,..`` gives any other source a
+made-up state of those joints (position sin(t + j), velocity cos(t + j), the names shuffled), stamped now.
+
 Exit status: 0 when the source was played; 1 when nothing was published, or a full pass published less
 than ``--min-fraction`` of the frames the source declares (a damaged file); 2 for bad options or a
 source that cannot be opened (one line on stderr).  ``--make-bag DIR`` writes a small synthetic test
@@ -34,7 +41,7 @@ import sys
 import threading
 import time
 
-from ..clips import BagClip, ClipError, Counters, Item, open_clip
+from ..clips import BagClip, BagJointStates, ClipError, Counters, Item, open_clip
 from ..synthetic_bag import make_test_bag
 from .cli import Parser, bounded, fail, finite_non_negative
 
@@ -163,6 +170,13 @@ def build_parser() -> Parser:
     p.add_argument("--min-fraction", type=bounded(0.0, 1.0), default=0.5,
                    help="exit 1 when a full pass publishes less than this fraction of the frames the source "
                         "declares (default: 0.5)")
+    p.add_argument("--state-topic", default=None, metavar="TOPIC",
+                   help="a bag's sensor_msgs/JointState topic: before each frame, the latest state stamped at or "
+                        "before it is published on --state-out (default: none)")
+    p.add_argument("--state-joints", default=None, metavar="A,B,..",
+                   help="publish a made-up state of these joints on --state-out with each frame (sources without "
+                        "a recorded state) (default: none)")
+    p.add_argument("--state-out", default="/joint_states", help="the state's topic (default: /joint_states)")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary (default: show them)")
     g = p.add_argument_group("test bags")
     g.add_argument("--make-bag", metavar="DIR",
@@ -181,10 +195,17 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if not a.make_bag and not a.source:
         p.error("SOURCE is required (or --make-bag DIR)")
-    if a.topic is not None:
-        why = check_topic(a.topic)
+    for opt in ("topic", "state_out"):
+        value = getattr(a, opt)
+        why = check_topic(value) if value is not None else None
         if why:
-            p.error(f"--topic {a.topic!r}: {why}")
+            p.error(f"--{opt.replace('_', '-')} {value!r}: {why}")
+    if a.state_topic and a.state_joints:
+        p.error("--state-topic and --state-joints: give one (a recorded state or a made-up one)")
+    if a.state_joints is not None:
+        a.state_joints = tuple(x.strip() for x in a.state_joints.split(",") if x.strip())
+        if not a.state_joints or len(set(a.state_joints)) != len(a.state_joints):
+            p.error("--state-joints: one or more distinct joint names, comma-separated")
     return a
 
 
@@ -217,6 +238,15 @@ def main(argv=None) -> int:
         return _fail(str(e))
     except OSError as e:
         return _fail(f"{a.source}: {e.strerror or e}")
+    states = None
+    if a.state_topic:
+        if not isinstance(source, BagClip):
+            return _fail(f"{a.source}: --state-topic reads a bag's JointState topic; this source is not a bag")
+        try:
+            states = BagJointStates(source.path, a.state_topic)
+        except ClipError as e:
+            return _fail(str(e))
+    a.states = states
     in_kind = _source_kind(source)
     out_kind = in_kind if a.format == "auto" else a.format
     bag_topic = getattr(source, "topic", None)
@@ -224,6 +254,49 @@ def main(argv=None) -> int:
     if topic is None:
         topic = DEFAULT_TOPIC + ("/compressed" if out_kind == "compressed" else "")
     return _publish(a, source, in_kind, out_kind, topic, ros_args)
+
+
+class StateOut:
+    """The robot state published with the frames (--state-topic / --state-joints, see the module docstring)."""
+
+    def __init__(self, node, a, qos):
+        from sensor_msgs.msg import JointState
+
+        self.node, self.joints, self.keep_stamps = node, a.state_joints, a.clock
+        self.states = getattr(a, "states", None)
+        self.JointState = JointState
+        self.pub = node.create_publisher(JointState, a.state_out, qos)
+        self._last = None  # (pass, message index) last published
+        self._rng = None
+        self.published = 0
+
+    def before(self, frame_stamp_ns: int, pass_index: int, t_s: float) -> None:
+        msg = self.JointState()
+        now_ns = self.node.get_clock().now().nanoseconds
+        if self.states is None:
+            import numpy as np
+
+            from ..synthetic_bag import joint_values
+
+            self._rng = self._rng or np.random.default_rng(0)
+            order = self._rng.permutation(len(self.joints))
+            vals = joint_values(self.joints, t_s)
+            msg.name = [self.joints[i] for i in order]
+            msg.position, msg.velocity = vals["position"][order].tolist(), vals["velocity"][order].tolist()
+            stamp = now_ns
+        else:
+            j = self.states.at([frame_stamp_ns])[0]
+            if j is None or (pass_index, j) == self._last:
+                return
+            self._last = (pass_index, j)
+            names, arrays = self.states.messages[j]
+            msg.name = list(names)
+            msg.position, msg.velocity = arrays["position"].tolist(), arrays["velocity"].tolist()
+            recorded = int(self.states.stamps[j])
+            stamp = recorded if self.keep_stamps else now_ns - (frame_stamp_ns - recorded)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = stamp // 1_000_000_000, stamp % 1_000_000_000
+        self.pub.publish(msg)
+        self.published += 1
 
 
 def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[str]) -> int:
@@ -263,6 +336,7 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
             from rosgraph_msgs.msg import Clock
 
             clock_pub = node.create_publisher(Clock, "/clock", 10)
+        state = StateOut(node, a, qos) if getattr(a, "states", None) is not None or a.state_joints else None
         if a.instruction is not None:
             from std_msgs.msg import String
 
@@ -329,6 +403,8 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
                     msg = _make_msg(convert(item, out_kind, a.jpeg_quality))
                     if clock_pub is not None:  # the clock reaches the frame's time before the frame arrives
                         clock_pub.publish(Clock(clock=msg.header.stamp))
+                    if state is not None:  # the state of the frame's time, just before it
+                        state.before(item.stamp_ns, counters.loops, (item.t_ns - first_t) / 1e9)
                     pub.publish(msg)
                 except (ImageError, ValueError, TypeError) as e:  # a payload that cannot be converted / published
                     pass_counters.skipped_corrupt += 1
@@ -352,6 +428,8 @@ def _publish(a, source, in_kind: str, out_kind: str, topic: str, ros_args: list[
         rc = _fail(str(e))
     finally:
         progress.close()
+        if state is not None:
+            log(f"published {state.published} robot states on {a.state_out}")
         log(f"published {counters.published} messages in {time.monotonic() - t_begin:.1f} s, "
             f"skipped {counters.skipped_corrupt} corrupt and {counters.skipped_other} of other topics/types, "
             f"loops {counters.loops}")
