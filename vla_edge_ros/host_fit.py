@@ -18,6 +18,7 @@ import numpy as np
 
 from .constants import FRAME_C, FRAME_H, FRAME_W
 from .engine import Engine
+from .robot_state import synthetic_state
 
 FIT_SHARE = 0.75  # a model fits when its measured chunk p90 is at most this share of period - margin
 
@@ -43,10 +44,12 @@ def measure_chunk(model_dir: str, kv_capacity_tokens: int, backend: str = "numpy
         rng = np.random.default_rng(seed)
         frames = rng.integers(0, 256, (4, FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)
         fill = engine.cache.frame_capacity + 1  # one more than fits: the timed chunks also evict
+        dim = engine.state_dim  # a model with a state input gets a made-up one, as in the warm-up
         times = []
         for i in range(fill + chunks):
+            state = {"state": synthetic_state(dim, 0.03 * i, seed)} if dim else {}
             t = time.perf_counter()
-            engine.run_chunk(frames[i % len(frames)])
+            engine.run_chunk(frames[i % len(frames)], **state)
             if i >= fill:
                 times.append((time.perf_counter() - t) * 1000.0)
     finally:
