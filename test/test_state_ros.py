@@ -46,6 +46,7 @@ class JointPublisher:
         self.rng = np.random.default_rng(0)
         self.sent = 0
         self.last_sent = None  # monotonic time of the last periodic message
+        self.sent_at: list[float] = []  # monotonic time just before each periodic message was stamped
         self._run = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -63,7 +64,9 @@ class JointPublisher:
         nxt = time.monotonic()
         while True:
             self._run.wait()
+            before = time.monotonic()
             self.pub.publish(self.message())
+            self.sent_at.append(before)
             self.last_sent = time.monotonic()
             self.sent += 1
             nxt = max(nxt + self.period, time.monotonic() - self.period)
@@ -71,6 +74,9 @@ class JointPublisher:
 
     def start(self):
         self._run.set()
+
+    def sent_between(self, a: float, b: float) -> int:
+        return sum(a <= t <= b for t in self.sent_at)
 
     def stop(self) -> float:
         """Stop the periodic messages; returns the monotonic time of the last one."""
@@ -123,8 +129,15 @@ def test_a_state_model_acts_on_a_100_hz_joint_state_and_refuses_what_it_cannot_t
     log = node.output()
 
     running = [v for t, v, _ in cycles if t0 <= t < t1]
-    assert running and all(v["reason"] != "stale_state" for v in running), \
-        [v["reason"] for v in running if v["reason"] == "stale_state"][:5]
+    # A stale_state tick while the publisher runs is a fault when this process sent a state 40-80 ms before the tick:
+    # stamped at most 80 ms before it (< max_state_age_ms) and 40 ms to arrive. A host that stalls this publisher
+    # (a fresh-clone run on 2 loaded cores had 5 such ticks) leaves a gap in what was sent: then stale_state is right.
+    stale = [float(v["tick_monotonic"]) for v in running if v["reason"] == "stale_state"]
+    unjustified = [(round(t, 3), pub.sent_between(t - 0.080, t - 0.040)) for t in stale
+                   if pub.sent_between(t - 0.080, t - 0.040)]
+    assert running and not unjustified, (unjustified[:5], [v.get("state_age_ms") for v in running
+                                                          if v["reason"] == "stale_state"][:5])
+    assert sum(v["source"] == "model" for v in running) >= 0.8 * len(running), [v["reason"] for v in running]
     assert all(float(v["state_age_ms"]) <= MAX_AGE_MS for v in running if v["source"] == "model")
     assert int(d_running["state_refused"]) >= 4 and int(d_running["state_accepted"]) >= 300
     assert int(d_running["deadline_misses"]) == 0 and int(d_running["missed_ticks"]) == 0, d_running
