@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -726,102 +727,140 @@ def main(argv=None) -> int:
                     1)
 
 
+class PreparedClip(NamedTuple):
+    """One clip opened and decoded up front (a damaged clip fails before any run; decoding never competes with the
+    engine): its frames, the frame-quality gate and its verdict per frame, the bag's states aligned to the frames."""
+    spec: str
+    source: object
+    frames: np.ndarray
+    gate: QualityGate | None
+    verdicts: list | None
+    states: ClipStates | None
+
+
+def prepare_clip(args, spec: str) -> PreparedClip:
+    """Open and decode `spec` for a run of args.seconds at args.camera_hz."""
+    run_frames = int(args.seconds * args.camera_hz)
+    # A synthetic clip outlasts the run (+2 s for start-up and drain), so it never loops back to the first scene;
+    # the cut comes a third into the run.
+    n_frames = min(run_frames + int(2 * args.camera_hz), args.max_clip_frames)
+    source = open_clip(spec, n_frames=n_frames, cut_at=run_frames // 3, seed=args.seed)
+    gate, verdicts = quality_gate(args), []
+    frames, stamps = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction,
+                                       gate=gate, verdicts=verdicts)
+    states = None
+    if args.state_topic:
+        if not isinstance(source, BagClip):
+            raise ClipError(f"{spec}: --state-topic reads a bag's JointState topic; this clip is not a bag")
+        states = ClipStates(BagJointStates(source.path, args.state_topic), stamps)
+    return PreparedClip(spec, source, frames, gate, verdicts if gate is not None else None, states)
+
+
+def clip_native_fps(clip: PreparedClip) -> float | None:
+    """The clip's own frame rate (None for a synthetic clip, which has none)."""
+    if clip.spec in SYNTHETIC:
+        return None
+    native = getattr(clip.source, "native_fps", None)
+    return clip.source.fps if native is None and not isinstance(clip.source, SyntheticClip) else native
+
+
+class BenchModels(NamedTuple):
+    """The models of one run, loaded once: paths, the names the report gives, weights, short labels."""
+    paths: list[str]
+    names: list[str]
+    weights: list
+    labels: list[str]
+
+
+def open_models(args, tmp_dir: str | None = None) -> BenchModels:
+    """Load args.model (or generate --preset into `tmp_dir`), and settle args.backend and args.kv_capacity_tokens
+    from the first model and the machine."""
+    if not args.model:
+        from ..model.generate import make_model
+
+        paths = [make_model(tmp_dir, preset=args.preset, seed=args.seed)]
+        names = [f"generated {args.preset} (seed {args.seed})"]
+    else:
+        paths, names = list(args.model), list(args.model)
+    weights = [load_model(m) for m in paths]
+    if args.backend == "auto":
+        args.backend = "cuda" if cuda_available() else "numpy"
+    if args.kv_capacity_tokens is None:
+        args.kv_capacity_tokens = KV_CAPACITY_TOKENS if args.backend == "cuda" else CPU_KV_CAPACITY_TOKENS
+    return BenchModels(paths, names, weights, model_labels(paths, weights))
+
+
+def bench_clip(args, clip: PreparedClip, models: BenchModels, progress, name: str) -> tuple[dict, dict]:
+    """Every model and policy on one clip, in turn: (the clip's entry of report.json, its raw series per run)."""
+    embeddings = [pooled_embeddings(w, clip.frames) for w in models.weights]
+    src = clip.source
+    entry = {"name": name, "source": clip.spec, "frames": len(clip.frames), "native_fps": clip_native_fps(clip),
+             "cut_at": getattr(src, "cut_at", None), "expected_frames": src.expected,
+             "damaged_frames": src.counters.skipped_corrupt, "policies": {}}
+    entry["frame_quality"] = quality_report(clip.gate, clip.verdicts)
+    if models.weights[0].cfg.state_dim:  # the model takes the robot's state: where each run's came from
+        entry["state"] = clip.states.report() if clip.states is not None else {"source": "synthetic"}
+    entry["notes"] = clip_notes(entry, args.camera_hz, int(args.seconds * args.camera_hz))
+    series = {}
+    for label, mdir, w, emb in zip(models.labels, models.paths, models.weights, embeddings):
+        for policy in args.policies:
+            key = policy if len(models.paths) == 1 else f"{label}:{policy}"
+            progress.set_postfix_str(f"{name} {key}")
+            entry["policies"][key], series[key] = run_policy(
+                args, w, mdir, policy, clip.frames, emb, progress, clip.verdicts, clip.states)
+            gc.collect()  # drop the previous engine's cache before the next one allocates
+    return entry, series
+
+
+def report_header(args, argv, models: BenchModels, tool: str = "vla-edge-bench") -> dict:
+    """report.json's keys before "clips": the tool, the command, the machine, the models and every setting."""
+    cfg = models.weights[0].cfg
+    return {
+        "tool": tool,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": f"{tool} " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine_info(),
+        "backend": args.backend,
+        "model": {"name": ", ".join(f"{lab} = {n}" if len(models.names) > 1 else n
+                                    for lab, n in zip(models.labels, models.names)),
+                  "weights": [w.cfg.weight_format for w in models.weights],
+                  "action_decoding": [w.cfg.action_decoding for w in models.weights],
+                  "config": {k: getattr(cfg, k) for k in (
+                      "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                      "intermediate_size", "vocab_size")}},
+        "config": {"policies": args.policies, "seconds": args.seconds, "camera_hz": args.camera_hz,
+                   "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
+                   "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity_tokens,
+                   "window_frames": args.window_frames, "tail_k": args.tail_k, "probe_after": args.probe_after,
+                   "admit_all": args.admit_all, "realtime_priority": args.realtime_priority,
+                   "warmup_chunks": args.warmup_chunks, "seed": args.seed,
+                   # every node setting of the run (the policy aside): the limits and the fallback included
+                   "settings": setting_values(args, BENCH_SETTINGS),
+                   "frame_quality": dict(setting_values(args, BENCH_QUALITY_SETTINGS),
+                                         frame_quality_checks=args.frame_quality_checks)},
+    }
+
+
 def run(args, argv) -> int:
     from tqdm import tqdm
 
     tighten_gil_switch()  # as the node's process
-    sources = []
-    run_frames = int(args.seconds * args.camera_hz)
-    for spec in args.clip:
-        # A synthetic clip outlasts the run (+2 s for start-up and drain), so it never loops back to the
-        # first scene; the cut comes a third into the run.  Opened up front: a bad clip fails before any run.
-        n_frames = min(run_frames + int(2 * args.camera_hz), args.max_clip_frames)
-        source = open_clip(spec, n_frames=n_frames, cut_at=run_frames // 3, seed=args.seed)
-        # Decoded up front (a damaged clip fails before any run; decoding never competes with the engine).
-        gate, verdicts = quality_gate(args), []
-        frames, stamps = load_model_frames(source, args.max_clip_frames, min_fraction=args.min_clip_fraction,
-                                           gate=gate, verdicts=verdicts)
-        states = None
-        if args.state_topic:
-            if not isinstance(source, BagClip):
-                raise ClipError(f"{spec}: --state-topic reads a bag's JointState topic; this clip is not a bag")
-            states = ClipStates(BagJointStates(source.path, args.state_topic), stamps)
-        sources.append((spec, source, frames, gate, verdicts if gate is not None else None, states))
-    tmp_model = None
+    prepared = [prepare_clip(args, spec) for spec in args.clip]  # every clip opened before any run
+    tmp_model = tempfile.mkdtemp(prefix=f"vla-bench-{args.preset}-") if not args.model else None
     try:
-        if not args.model:
-            from ..model.generate import make_model
-
-            tmp_model = tempfile.mkdtemp(prefix=f"vla-bench-{args.preset}-")
-            args.model = [make_model(tmp_model, preset=args.preset, seed=args.seed)]
-            model_names = [f"generated {args.preset} (seed {args.seed})"]
-        else:
-            model_names = list(args.model)
-        all_weights = [load_model(m) for m in args.model]
-        weights = all_weights[0]
-        cfg = weights.cfg
-        backend = args.backend if args.backend != "auto" else ("cuda" if cuda_available() else "numpy")
-        args.backend = backend
-        if args.kv_capacity_tokens is None:
-            args.kv_capacity_tokens = KV_CAPACITY_TOKENS if backend == "cuda" else CPU_KV_CAPACITY_TOKENS
-
+        models = open_models(args, tmp_model)
         n_ticks = int(round(args.seconds / (args.period_ms / 1000.0)))
-        progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip) * len(args.model), unit="tick",
-                        file=sys.stderr,
-                        disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
+        progress = tqdm(total=n_ticks * len(args.policies) * len(args.clip) * len(models.paths), unit="tick",
+                        file=sys.stderr, disable=args.quiet, mininterval=0.5, desc="vla-edge-bench")
         clips, series = [], {}
-        labels = model_labels(args.model, all_weights)
-        for spec, source, frames, gate, verdicts, states in sources:
-            embeddings = [pooled_embeddings(w, frames) for w in all_weights]
-            name = source.name if spec not in SYNTHETIC else spec
+        for clip in prepared:
+            name = clip.source.name if clip.spec not in SYNTHETIC else clip.spec
             while name in series:
                 name += "'"
-            native = getattr(source, "native_fps", None) if spec not in SYNTHETIC else None
-            if native is None and not isinstance(source, SyntheticClip):
-                native = source.fps
-            clip = {"name": name, "source": spec, "frames": len(frames), "native_fps": native,
-                    "cut_at": getattr(source, "cut_at", None), "expected_frames": source.expected,
-                    "damaged_frames": source.counters.skipped_corrupt, "policies": {}}
-            clip["frame_quality"] = quality_report(gate, verdicts)
-            if cfg.state_dim:  # the model takes the robot's state: where each run's came from
-                clip["state"] = states.report() if states is not None else {"source": "synthetic"}
-            clip["notes"] = clip_notes(clip, args.camera_hz, run_frames)
-            series[name] = {}
-            for label, mdir, w, emb in zip(labels, args.model, all_weights, embeddings):
-                for policy in args.policies:
-                    key = policy if len(args.model) == 1 else f"{label}:{policy}"
-                    progress.set_postfix_str(f"{name} {key}")
-                    clip["policies"][key], series[name][key] = run_policy(
-                        args, w, mdir, policy, frames, emb, progress, verdicts, states)
-                    gc.collect()  # drop the previous engine's cache before the next one allocates
-            clips.append(clip)
+            entry, series[name] = bench_clip(args, clip, models, progress, name)
+            clips.append(entry)
         progress.close()
-
-        report = {
-            "tool": "vla-edge-bench",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "vla-edge-bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "machine": machine_info(),
-            "backend": backend,
-            "model": {"name": ", ".join(f"{lab} = {n}" if len(model_names) > 1 else n
-                                        for lab, n in zip(labels, model_names)),
-                      "weights": [w.cfg.weight_format for w in all_weights],
-                      "action_decoding": [w.cfg.action_decoding for w in all_weights],
-                      "config": {k: getattr(cfg, k) for k in (
-                          "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                          "intermediate_size", "vocab_size")}},
-            "config": {"policies": args.policies, "seconds": args.seconds, "camera_hz": args.camera_hz,
-                       "period_ms": args.period_ms, "safety_margin_ms": args.safety_margin_ms,
-                       "max_frame_age_ms": args.max_frame_age_ms, "kv_capacity_tokens": args.kv_capacity_tokens,
-                       "window_frames": args.window_frames, "tail_k": args.tail_k, "probe_after": args.probe_after,
-                       "admit_all": args.admit_all, "realtime_priority": args.realtime_priority,
-                       "warmup_chunks": args.warmup_chunks, "seed": args.seed,
-                       # every node setting of the run (the policy aside): the limits and the fallback included
-                       "settings": setting_values(args, BENCH_SETTINGS),
-                       "frame_quality": dict(setting_values(args, BENCH_QUALITY_SETTINGS),
-                                             frame_quality_checks=args.frame_quality_checks)},
-            "clips": clips,
-        }
+        report = {**report_header(args, argv, models), "clips": clips}
         # written into a temporary folder beside --out that replaces it only when complete
         with atomic_output_dir(args.out, force=args.force) as tmp_dir:
             tmp_out = Path(tmp_dir)
