@@ -730,6 +730,7 @@ def main(argv=None) -> int:
 class PreparedClip(NamedTuple):
     """One clip opened and decoded up front (a damaged clip fails before any run; decoding never competes with the
     engine): its frames, the frame-quality gate and its verdict per frame, the bag's states aligned to the frames."""
+
     spec: str
     source: object
     frames: np.ndarray
@@ -766,6 +767,7 @@ def clip_native_fps(clip: PreparedClip) -> float | None:
 
 class BenchModels(NamedTuple):
     """The models of one run, loaded once: paths, the names the report gives, weights, short labels."""
+
     paths: list[str]
     names: list[str]
     weights: list
