@@ -196,5 +196,7 @@ def test_replay_publishes_a_bags_state_aligned_to_its_frames(domain, tmp_path, p
     at = [((int(v["frame_stamp_ns"]) - start_ns) / 1e9, v) for v in cycles if int(v["frame_stamp_ns"]) >= start_ns]
     in_gap = [v["reason"] for t, v in at if 1.5 + MAX_AGE_MS / 1000.0 + 0.05 <= t < 2.45]
     outside = [v for t, v in at if t < 1.4 or t >= 2.6]
-    assert in_gap and set(in_gap) == {"stale_state"}, in_gap
+    # the model never acts in the gap; a frame that itself aged past max_frame_age_ms on a loaded host is checked
+    # first and gives stale_frame, which is as safe, so the gap asks for no model tick and some stale_state
+    assert in_gap and "stale_state" in in_gap and set(in_gap) <= {"stale_state", "stale_frame"}, in_gap
     assert sum(v["source"] == "model" for v in outside) >= 10, [v["reason"] for v in outside]
