@@ -21,6 +21,9 @@
 #          parallel)                                                                       -> $OUT/tests_15b.xml
 #   diag   dev/fidelity/w4_weight_rounding.py on PRESET's awq-parallel: the golden model with exact / old-GEMM-rounded /
 #          scale-rounded 4-bit weights and the CUDA engine (this tree; the base tree's too when BASE exists)
+#   actround dev/fidelity/act_rounding.py on PRESET's awq-parallel and bf16-parallel (models first): the CPU twin of
+#          the engine's 16-bit rounding points against the exact golden model, 8 runs of fp32-level noise each, and
+#          the 4-bit kind's GEMM inputs in fp16 (issue 41)                               -> $OUT/actround_<kind>.json
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
 #                                                                                          -> $OUT/cb_<kind>.json
 #   sms    chunk_bench confined to SMS (default "8 16") SMs by a green context, kinds in SMS_KINDS
@@ -69,6 +72,14 @@ for step in ${STEPS:-tests models bench peers}; do
         --cuda-only 2>&1 \
         | grep -E "RESULT cuda|Error")
     fi ;;
+  actround)
+    for k in awq-parallel bf16-parallel; do
+      say "activation rounding, CPU twin ($PRESET $k; dev/fidelity/act_rounding.py)"
+      v=exact,cuda,cuda@1,cuda@2,cuda@3,cuda@4,cuda@5,cuda@6,cuda@7,only-x,only-kv,only-krot,only-q,only-p,only-att,only-act
+      [ "$k" = awq-parallel ] && v=$v,gemm-in-fp16,gemm-in-fp16@1,gemm-in-fp16@2,gemm-in-fp16@3
+      OPENBLAS_NUM_THREADS=8 timeout 300 $PY dev/fidelity/act_rounding.py --model "$M/$k" --variants "$v" \
+        --json "$OUT/actround_${PRESET}_$k.json" 2>&1 | grep -E "RESULT|Error"
+    done ;;
   bench)
     for k in $KINDS; do
       say "chunk_bench $k"

@@ -1,8 +1,9 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
 // GQA attention over the slot-addressed KV cache (split-K flash-decoding on the tensor cores, RoPE applied inside):
-// attn_partial_<D> and attn_combine_<D>, the instances of attention.cuh's bodies as kernels of their own (the prefill
-// and the decode passes). dev/cuda/decode_persistent.cu runs the same bodies as two steps of one persistent kernel.
+// attn_partial_<D> and attn_combine_<D> (attn_combine_h_<D>: its bf16 output as fp16), the instances of
+// attention.cuh's bodies as kernels of their own (the prefill and the decode passes). dev/cuda/decode_persistent.cu
+// runs the same bodies as two steps of one persistent kernel.
 // Twin: ops.cache_attention (ops.apply_rope + ops.attention); attention.cuh describes the algorithm.
 #include "attention.cuh"
 
@@ -34,6 +35,14 @@
         __shared__ float sm[MAX_SPLITS], sl[MAX_SPLITS], sw[MAX_SPLITS];                                              \
         attn_combine_body<D>((int)blockIdx.x, (int)threadIdx.x, AttOwnKernel{}, AttCombineSmem{sm, sl, sw}, part_o,   \
                              part_ml, nrg, nsplit, T, group, out_stride, out, out_bf);                                \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(D) attn_combine_h_##D(                                               \
+        const float* __restrict__ part_o, const float* __restrict__ part_ml, int nrg, int nsplit, int T,              \
+        int group, int out_stride, float* __restrict__ out, bf16_t* __restrict__ out_h) {                             \
+        __shared__ float sm[MAX_SPLITS], sl[MAX_SPLITS], sw[MAX_SPLITS];                                              \
+        attn_combine_body<D, AttOwnKernel, true>((int)blockIdx.x, (int)threadIdx.x, AttOwnKernel{},                   \
+                                                 AttCombineSmem{sm, sl, sw}, part_o, part_ml, nrg, nsplit, T, group,  \
+                                                 out_stride, out, out_h);                                             \
     }
 
 ATT_INSTANCES(64)

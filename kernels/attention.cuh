@@ -422,7 +422,9 @@ __device__ __forceinline__ void attn_partial_body(
 }
 
 // One row (query head) per DH threads (d: this thread's head dim; hk.row_threads(): the row's threads, DH).
-template <int DH, class Hooks>
+// out_bf (the o GEMM's input) as bf16, or fp16 when F16 (attn_combine_h_<D>: the 4-bit GEMM's fp16 instances; the
+// output is a convex combination of the cached V rows, so it fits fp16 wherever they do).
+template <int DH, class Hooks, bool F16 = false>
 __device__ __forceinline__ void attn_combine_body(int rowid, int d, Hooks hk, AttCombineSmem cs,
                                                   const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                                   int nrg, int nsplit, int T, int group, int out_stride,
@@ -458,6 +460,6 @@ __device__ __forceinline__ void attn_combine_body(int rowid, int d, Hooks hk, At
     const float v = acc / L;
     const size_t oi = (size_t)t * out_stride + (size_t)(g * group + hh) * DH + d;
     out[oi] = v;
-    if (out_bf != nullptr) out_bf[oi] = f2bf(v);
+    if (out_bf != nullptr) out_bf[oi] = f2act<F16>(v);
 }
 

@@ -50,6 +50,17 @@ __device__ __forceinline__ bf16_t f2bf(float f) {  // round to nearest even, as 
 __device__ __forceinline__ unsigned pack_bf2(float lo, float hi) {
     return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
 }
+// fp16 bits (round to nearest even, as numpy astype(float16)): the 4-bit prefill GEMM's activations where they
+// provably fit fp16's range (cuda/backend.py fp16_activations_fit; 3 more mantissa bits than bf16, issue 41).
+__device__ __forceinline__ unsigned short f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
+    return (unsigned)f2h(lo) | ((unsigned)f2h(hi) << 16);
+}
+// A 16-bit activation element in format F16 (fp16 when true, bf16 otherwise) and a pair of them.
+template <bool F16>
+__device__ __forceinline__ unsigned short f2act(float f) { return F16 ? f2h(f) : f2bf(f); }
+template <bool F16>
+__device__ __forceinline__ unsigned pack_act2(float lo, float hi) { return F16 ? pack_h2(lo, hi) : pack_bf2(lo, hi); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -95,6 +106,16 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a
                                                unsigned b0, unsigned b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The same with fp16 operands (fp32 accumulators).
+__device__ __forceinline__ void mma_f16_16816(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                              unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

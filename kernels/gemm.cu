@@ -324,7 +324,14 @@ __device__ __forceinline__ void w4_load_stage(uint4* st, const bf16_t* __restric
 }
 
 // q - z as a bf16 pair for nibbles i, i + 4 of w (i = sh / 4), exact (an integer in -15..15): zz = bf16x2(128 + z).
+// F16: as an fp16 pair (0x6400 | n is fp16 1024 + n), zz = fp16x2(1024 + z); the integers are exact in both.
+template <bool F16>
 __device__ __forceinline__ unsigned w4_deq(unsigned w, int sh, unsigned zz) {
+    if (F16) {
+        const unsigned t = ((w >> sh) & 0x000F000Fu) | 0x64006400u;
+        const __half2 d = __hsub2(*(const __half2*)&t, *(const __half2*)&zz);
+        return *(const unsigned*)&d;
+    }
     const unsigned t = ((w >> sh) & 0x000F000Fu) | 0x43004300u;
     const __nv_bfloat162 d = __hsub2(*(const __nv_bfloat162*)&t, *(const __nv_bfloat162*)&zz);
     return *(const unsigned*)&d;
@@ -333,7 +340,7 @@ __device__ __forceinline__ unsigned w4_deq(unsigned w, int sh, unsigned zz) {
 // acc[i][j] += s_i * (Q_i - z_i) . X tile j over the chunk in stage st (warp `warp`, lane (g, t)). A chunk lies in
 // one scale group (64 of 128), so W tile i's MMAs go into part[TT][4] and are folded into acc with its two rows'
 // scales in fp32: the tensor cores multiply the exact integers, and only one tile's partial sums are live at a time.
-template <int TT>
+template <int TT, bool F16>
 __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::NW][TT][4], int sbf, int warp,
                                              int lane) {
     constexpr int NW = W4::NW;
@@ -350,7 +357,7 @@ __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::N
             const int l = warp * 16 * NW + i * 16 + g + 8 * h;
             wq[h] = ws[l * 4 + t];  // the lane's 16 nibbles of row l: elements 16t..16t+15 of the chunk
             const unsigned sz = ss[l];
-            const unsigned z128 = 0x4300u | ((sz >> 16) & 15u);
+            const unsigned z128 = (F16 ? 0x6400u : 0x4300u) | ((sz >> 16) & 15u);
             zz[h] = z128 | (z128 << 16);
             sc[h] = w4_scale(sz, sbf);
         }
@@ -371,13 +378,15 @@ __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::N
 #pragma unroll
             for (int s2 = 0; s2 < 2; ++s2) {  // k-step: pairs (2 s2, 2 s2 + 4) and (2 s2 + 1, 2 s2 + 5) of the group
                 const int sh = 8 * s2;
-                const unsigned a0 = w4_deq(w0, sh, zz[0]), a1 = w4_deq(w1, sh, zz[1]);
-                const unsigned a2 = w4_deq(w0, sh + 4, zz[0]), a3 = w4_deq(w1, sh + 4, zz[1]);
+                const unsigned a0 = w4_deq<F16>(w0, sh, zz[0]), a1 = w4_deq<F16>(w1, sh, zz[1]);
+                const unsigned a2 = w4_deq<F16>(w0, sh + 4, zz[0]), a3 = w4_deq<F16>(w1, sh + 4, zz[1]);
 #pragma unroll
                 for (int j = 0; j < TT; ++j) {
                     const unsigned x = s2 ? xv[j].y : xv[j].x, y = s2 ? xv[j].w : xv[j].z;
-                    mma_bf16_16816(part[j], a0, a1, a2, a3, __byte_perm(x, y, 0x5410),   // elements (2 s2, 2 s2 + 4)
-                                   __byte_perm(x, y, 0x7632));                           // (2 s2 + 1, 2 s2 + 5)
+                    const unsigned b0 = __byte_perm(x, y, 0x5410);  // elements (2 s2, 2 s2 + 4)
+                    const unsigned b1 = __byte_perm(x, y, 0x7632);  // (2 s2 + 1, 2 s2 + 5)
+                    if (F16) mma_f16_16816(part[j], a0, a1, a2, a3, b0, b1);
+                    else mma_bf16_16816(part[j], a0, a1, a2, a3, b0, b1);
                 }
             }
         }
@@ -388,7 +397,7 @@ __device__ __forceinline__ void w4_mma_stage(const uint4* st, float (&acc)[W4::N
     }
 }
 
-template <int TT>
+template <int TT, bool F16>
 __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q,
                                              const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
                                              bf16_t* __restrict__ act, int N, int K, int mode) {
@@ -418,7 +427,7 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
         const int cn = c + S - 1;
         if (cn < c1) w4_load_stage<TT>(smem + ((cn - c0) % S) * STAGE, X, Q, SZ, N, K, mode, cn);
         cp_async_commit();
-        w4_mma_stage<TT>(smem + ((c - c0) % S) * STAGE, acc, sbf, warp, lane);
+        w4_mma_stage<TT, F16>(smem + ((c - c0) % S) * STAGE, acc, sbf, warp, lane);
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;
@@ -436,7 +445,7 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
                     const int o = blockIdx.x * (W4::NB / 2) + warp * (16 * HW) + i * 16 + g + 8 * (e >> 1);
                     const int tok = 8 * j + 2 * t + (e & 1);
                     const float gv = acc[i][j][e], uv = acc[i + HW][j][e];
-                    act[(size_t)tok * I + o] = f2bf(gv / (1.f + __expf(-gv)) * uv);
+                    act[(size_t)tok * I + o] = f2act<F16>(gv / (1.f + __expf(-gv)) * uv);
                 }
         return;
     }
@@ -457,7 +466,12 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                       \
     gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
-        gemm_w4_body<TT>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                      \
+        gemm_w4_body<TT, false>(X, Q, SZ, sbf, Y, act, N, K, mode);                                               \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(128, MINB)                                                       \
+    gemm_w4h_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, \
+                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {             \
+        gemm_w4_body<TT, true>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                \
     }
 GEMM_BF16(2, 32)
 GEMM_BF16(3, 48)

@@ -3,14 +3,17 @@
 // Prefill RMSNorm: one block of 256 threads per token (H <= 2048, H % 4 == 0, N % 4 == 0); writes the normalised row as bf16 (the A operand of the
 // tensor-core GEMM) and, optionally, initialises the GEMM output rows with the bias (q/k/v bias add
 // fused: the split-K GEMM then accumulates on top). Twin: ops.rms_norm (+ bias of ops.linear).
+// rmsnorm_f16: the same row as fp16, for the 4-bit GEMM's fp16 instances (gemm_w4h_*) where the row provably fits
+// fp16 (|x_i| / rms(x) <= sqrt(H), so |out| <= sqrt(H) max |w|: cuda/backend.py fp16_activations_fit checks it).
 #include "common.cuh"
 
 // Latency: every load of a thread is issued before the first use (x and w as 16- / 8-byte vectors, at most
 // RMS_V4 of each a thread: H <= 256 * 4 * RMS_V4), so a row costs one round trip to L2, not one per loop trip.
 #define RMS_V4 2
-extern "C" __global__ void __launch_bounds__(256)
-rmsnorm_bf16(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps, int H, bf16_t* __restrict__ out,
-             const float* __restrict__ bias, int N, float* __restrict__ y_init) {
+template <bool F16>
+__device__ __forceinline__ void rmsnorm_body(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps,
+                                             int H, bf16_t* __restrict__ out, const float* __restrict__ bias, int N,
+                                             float* __restrict__ y_init) {
     __shared__ float red[32];
     PDL_ENTRY();
     const int t = blockIdx.x, n4 = H >> 2;
@@ -41,7 +44,16 @@ rmsnorm_bf16(const float* __restrict__ x, const bf16_t* __restrict__ w, float ep
     for (int u = 0; u < RMS_V4; ++u) {
         const int i = threadIdx.x + u * 256;
         if (i < n4)
-            o2[i] = make_uint2(pack_bf2(v[u].x * inv * bflo(wv[u].x), v[u].y * inv * bfhi(wv[u].x)),
-                               pack_bf2(v[u].z * inv * bflo(wv[u].y), v[u].w * inv * bfhi(wv[u].y)));
+            o2[i] = make_uint2(pack_act2<F16>(v[u].x * inv * bflo(wv[u].x), v[u].y * inv * bfhi(wv[u].x)),
+                               pack_act2<F16>(v[u].z * inv * bflo(wv[u].y), v[u].w * inv * bfhi(wv[u].y)));
     }
 }
+
+#define RMSNORM(NAME, F16)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                                             \
+    NAME(const float* __restrict__ x, const bf16_t* __restrict__ w, float eps, int H, bf16_t* __restrict__ out,   \
+         const float* __restrict__ bias, int N, float* __restrict__ y_init) {                                     \
+        rmsnorm_body<F16>(x, w, eps, H, out, bias, N, y_init);                                                    \
+    }
+RMSNORM(rmsnorm_bf16, false)
+RMSNORM(rmsnorm_f16, true)

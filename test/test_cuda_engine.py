@@ -77,6 +77,10 @@ FULL_DEPTH_MAX_REL_DELTA = 3e-2
 # Not widened for 4-bit weights (issue 41): the 4-bit GEMM that multiplied bf16-rounded scaled weights measured 1.5B
 # awq-parallel 4.03e-2, with 8 actions 4.52e-2 (H200, 2026-12-03); with the exact weights 2.75e-2 / 2.87e-2, and the
 # golden model itself with the old rounding 2.84e-2 from its exact self (dev/fidelity/w4_weight_rounding.py).
+# What sits at the bound is the bf16 rounding of the prefill's activations, in both parallel kinds alike (a CPU twin of
+# the engine's rounding points, dev/fidelity/act_rounding.py, 8 runs each: 1.5B awq-parallel 2.42-2.79e-2,
+# bf16-parallel 2.62-3.01e-2); with a 4-bit model's GEMM inputs in fp16 (cuda/act_format.py) the twin gives
+# 1.57-1.66e-2 for awq-parallel (2026-12-04; the H200 full-depth run of that tree is BENCHMARKS.md's to record).
 
 
 def compare_chunk(gpu, ref, min_cos=0.999, max_rel_delta=MAX_REL_DELTA, conditioned=None):
@@ -207,16 +211,16 @@ def shaped_weights(tmp_path_factory, shape, kind, layers=2, tie=True):
     return _SHAPED[key]
 
 
-def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo"):
+def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo", fp16_act=None):
     """CUDA vs the reference chunk by chunk through evictions (non-identity slot order); returns the worst
-    (cosine, max |delta| / max |ref|) and the evictions seen."""
+    (cosine, max |delta| / max |ref|) and the evictions seen. ``fp16_act``: CudaBackend's (None: its choice)."""
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.eviction import make_policy
     from vla_edge_ros.kv_cache import KvCache
 
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, w.cfg.vocab_size, P)
-    gpu, ref = CudaBackend(w, cap), ReferenceModel(w, cap)
+    gpu, ref = CudaBackend(w, cap, fp16_act=fp16_act), ReferenceModel(w, cap)
     kv = KvCache(cap, P, make_policy(policy), action_tokens=w.cfg.action_tokens, state_tokens=w.cfg.state_tokens)
     gpu.load_prompt(prompt, kv.prompt_slots)
     ref.load_prompt(prompt, kv.prompt_slots)
@@ -246,6 +250,43 @@ def test_published_shapes_match_reference_through_evictions(tmp_path_factory, sh
     worst, delta, evictions = run_through_evictions(w)
     print(f"{shape} {kind}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}, evictions {evictions}")
     assert evictions >= 3
+
+
+@pytest.mark.parametrize("kind", ["awq", "awq-parallel", "awq-parallel-k8"])
+@pytest.mark.parametrize("fp16_act", [False, True])
+def test_w4_prefill_activations_in_bf16_and_fp16(tmp_path_factory, kind, fp16_act):
+    """A 4-bit model's prefill GEMM inputs in either 16-bit format (cuda/act_format.py; the default is fp16 where the
+    weights bound them, as for these tiny models): chunk by chunk through evictions against the golden model."""
+    w = tiny_weights(tmp_path_factory, kind)
+    worst, delta, evictions = run_through_evictions(w, fp16_act=fp16_act)
+    print(f"tiny {kind} fp16_act={fp16_act}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}")
+    assert evictions >= 3
+
+
+def test_fp16_activation_choice(tmp_path_factory):
+    """fp16 prefill activations: chosen for a 4-bit model whose weights bound them under FP16_ACT_LIMIT, never for
+    bf16 weights (the bf16 GEMM multiplies bf16 weights; asking for it is an error); the bound's 4-bit row norms are
+    the dequantized weights' and its RMSNorm term is reached by a one-hot row."""
+    from vla_edge_ros.cuda.act_format import FP16_ACT_LIMIT, _row_norms, fp16_activation_bound
+    from vla_edge_ros.cuda.backend import CudaBackend
+    from vla_edge_ros.model import ops
+    from vla_edge_ros.model.quant import as_f32
+
+    w = tiny_weights(tmp_path_factory, "awq-parallel")
+    assert fp16_activation_bound(w) <= FP16_ACT_LIMIT
+    assert CudaBackend(w, 300).x16 and not CudaBackend(w, 300, fp16_act=False).x16
+    b = tiny_weights(tmp_path_factory, "bf16-parallel")
+    assert not CudaBackend(b, 300).x16
+    with pytest.raises(ValueError, match="4-bit"):
+        CudaBackend(b, 300, fp16_act=True)
+    wg = w.layers[0]["wg"]
+    ref = np.sqrt((wg.dequantize().astype(np.float64) ** 2).sum(axis=1))
+    assert np.allclose(_row_norms(wg), ref, rtol=1e-12)
+    ln = as_f32(w.layers[0]["ln1"])
+    H = w.cfg.hidden_size
+    i = int(np.abs(ln).argmax())
+    h = ops.rms_norm(np.eye(H, dtype=np.float32)[i:i + 1], ln, 0.0)
+    assert np.isclose(np.abs(h).max(), np.sqrt(H) * np.abs(ln).max(), rtol=1e-5)
 
 
 @pytest.mark.parametrize("kind", K8_KINDS)

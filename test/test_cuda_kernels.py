@@ -50,6 +50,19 @@ def bf(rng, shape, scale=1.0):
     return f32_to_bf16((scale * rng.standard_normal(shape)).astype(np.float32))
 
 
+def act16(rng, shape, xfmt):
+    """Random 16-bit activations as the GEMMs take them: bf16 bits, or fp16 bits (xfmt "fp16")."""
+    if xfmt == "bf16":
+        return bf(rng, shape)
+    return rng.standard_normal(shape).astype(np.float16).view(np.uint16)
+
+
+def from16(bits, xfmt):
+    """float32 values of 16-bit activation bits in format xfmt."""
+    bits = np.asarray(bits, np.uint16)
+    return bf16_to_f32(bits) if xfmt == "bf16" else bits.view(np.float16).astype(np.float32)
+
+
 def poison(shape, dtype=np.float32):
     a = cp.empty(shape, dtype)
     if dtype == np.float32:
@@ -62,10 +75,10 @@ def poison(shape, dtype=np.float32):
 i32 = np.int32
 
 
-def gemm(k, fmt, rows):
+def gemm(k, fmt, rows, xfmt="bf16"):
     from vla_edge_ros.cuda.launch import Gemm
 
-    return Gemm(k, fmt, rows)
+    return Gemm(k, fmt, rows, xfmt=xfmt)
 
 
 def gemv(k, fmt):
@@ -104,28 +117,30 @@ def swiglu_twin(X, w, inter):
     return ops.silu_mul(gu[:, :inter], gu[:, inter:])
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "w4"])
+@pytest.mark.parametrize("fmt,xfmt", [("bf16", "bf16"), ("w4", "bf16"), ("w4", "fp16")])
 @pytest.mark.parametrize("rows,inter,K", [(32, 8960, 1536), (48, 8960, 1536), (48, 256, 512), (32, 4864, 896),
                                           (48, 4864, 896), (32, 11008, 2048),
                                           # 96 rows: 32 vision + 64 action queries (8 actions)
                                           (96, 8960, 1536), (96, 4864, 896), (96, 256, 512)])
-def test_gemm_swiglu(k, fmt, rows, inter, K):
-    """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu)."""
+def test_gemm_swiglu(k, fmt, xfmt, rows, inter, K):
+    """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu); the 4-bit
+    fp16 instance (gemm_w4h_*) takes X and writes act in fp16."""
     rng = np.random.default_rng()
-    X = bf(rng, (rows, K))
+    X = act16(rng, (rows, K), xfmt)
     if fmt == "w4":
         Q, SZ, sbf, w = w4_random(rng, 2 * inter, K, "float16")
         wdev = (Q, SZ, sbf)
     else:
         wb = bf(rng, (2 * inter, K), 0.05)
         w, wdev = bf16_to_f32(wb), cp.asarray(wb)
-    act = poison((rows, inter), np.uint16)
-    gemm(k, fmt, rows)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
+    act = poison((rows, inter), np.uint16)  # NaN in bf16 and in fp16
+    gemm(k, fmt, rows, xfmt)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
     real = 40 if fmt == "w4" and rows == 48 else rows  # the 4-bit body multiplies a 48-row buffer's 40 real rows
-    out = bf16_to_f32(act.get())
-    ref = swiglu_twin(bf16_to_f32(X[:real]), w, inter)
-    assert rel(out[:real], ref) < 5e-3  # the bf16 rounding of the output
-    assert np.abs(out[:real] - ref).max() <= 2 ** -7 * np.abs(ref).max() + 1e-6
+    out = from16(act.get(), xfmt)
+    ref = swiglu_twin(from16(X[:real], xfmt), w, inter)
+    b16 = xfmt == "bf16"  # the output's rounding: 8 significant bits, or fp16's 11
+    assert rel(out[:real], ref) < (5e-3 if b16 else 7e-4)
+    assert np.abs(out[:real] - ref).max() <= (2 ** -7 if b16 else 2 ** -10) * np.abs(ref).max() + 1e-6
     assert np.isnan(out[real:]).all()  # rows past the real ones are not written
 
 
@@ -168,6 +183,14 @@ def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from, D)
     assert rel(bf16_to_f32(outb.get()), ref) < 1.5e-2
     # and the largest error: bf16 Q, K and P on the tensor cores (a wrong rotation or mask moves single rows far)
     assert np.abs(out.get() - ref).max() < 0.05 * np.abs(ref).max()
+    # attn_combine_h_<D> (the 4-bit GEMMs' fp16 input): the same fp32 output, its 16-bit copy as fp16 of it
+    out2, outh = poison((T, NH * D)), poison((T, NH * D), np.uint16)
+    part_o.fill(np.nan)
+    part_ml.fill(np.nan)
+    attention(k, qd, NH * D, cp.asarray(kc), cp.asarray(vc), order_d, params, 0, T, NKV, group, cap, cp.asarray(cos),
+              cp.asarray(sin), bidir_from, nsplit, part_o, part_ml, out2, outh, out_f16=True)
+    assert (out2.get() == out.get()).all()
+    assert (outh.get() == out.get().astype(np.float16).view(np.uint16)).all()
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -289,9 +312,11 @@ def test_vision_encode(k, H):
     assert rel(pooled.get(), ref.mean(axis=0)) < 1e-5
 
 
+@pytest.mark.parametrize("xfmt", ["bf16", "fp16"])
 @pytest.mark.parametrize("H,N,T", [(256, 0, 3), (1280, 1792, 40), (2048, 2560, 48), (896, 1152, 32), (896, 0, 40)])
-def test_rmsnorm_bf16_sizes(k, H, N, T):
-    """The prefill norm at the edges of its register plan (H = 256 .. 2048), with and without the bias rows."""
+def test_rmsnorm_bf16_sizes(k, xfmt, H, N, T):
+    """The prefill norm at the edges of its register plan (H = 256 .. 2048), with and without the bias rows; its
+    output as bf16 (rmsnorm_bf16) or fp16 (rmsnorm_f16, the 4-bit GEMMs' fp16 input)."""
     rng = np.random.default_rng()
     x = (3 * rng.standard_normal((T, H))).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
@@ -300,8 +325,13 @@ def test_rmsnorm_bf16_sizes(k, H, N, T):
     if N:
         bias = rng.standard_normal(N).astype(np.float32)
         y = poison((T, N))
-    L.rmsnorm_bf16(k, cp.asarray(x), cp.asarray(ln), 1e-6, H, T, out, None if bias is None else cp.asarray(bias), N, y)
-    assert rel(bf16_to_f32(out.get()), ops.rms_norm(x, bf16_to_f32(ln), 1e-6)) < 5e-3
+    L.rmsnorm_bf16(k, cp.asarray(x), cp.asarray(ln), 1e-6, H, T, out, None if bias is None else cp.asarray(bias), N, y,
+                   f16=xfmt == "fp16")
+    ref = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
+    got = from16(out.get(), xfmt)
+    assert rel(got, ref) < (5e-3 if xfmt == "bf16" else 6e-4)
+    if xfmt == "fp16":  # fp16's rounding of the fp32 row: within one unit of its last place of the twin's rounding
+        assert np.abs(got - ref.astype(np.float16).astype(np.float32)).max() <= 2 ** -10 * np.abs(ref).max()
     if N:
         assert (y.get() == bias[None, :]).all()
 
@@ -534,19 +564,20 @@ def test_w4_device_arrays_match_the_test_packing():
                                               (96, 128, 1536, "store", 1), (96, 512, 8960, "add", 44),
                                               (96, 1536, 256, "add", 2), (96, 1152, 896, "add", 7),
                                               (96, 896, 4864, "add", 19), (96, 2048, 11008, "add", 43)])
-def test_gemm_w4(k, scale_dtype, rows, N, K, mode, ks):
+@pytest.mark.parametrize("xfmt", ["bf16", "fp16"])
+def test_gemm_w4(k, xfmt, scale_dtype, rows, N, K, mode, ks):
     """kernels/gemm.cu, 4-bit weights (fp16 or bf16 scales, zero points), store and split-K accumulation: the
     twin multiplies the exact dequantized weights (QuantTensor.dequantize(), as the GEMV and the golden model), and a
     48-row buffer's 40 real rows are multiplied (rows 40..47 of Y are left as they were). Weights rounded to bf16
-    (2^-9 each) are ~1e-3 off: the bound fails them."""
+    (2^-9 each) are ~1e-3 off: the bound fails them. xfmt "fp16": X in fp16 (gemm_w4h_*, q - z in fp16)."""
     rng = np.random.default_rng()
     Q, SZ, sbf, w = w4_random(rng, N, K, scale_dtype)
-    X = bf(rng, (rows, K))
+    X = act16(rng, (rows, K), xfmt)
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
     Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
-    gemm(k, "w4", rows)(cp.asarray(X), (Q, SZ, sbf), N, K, mode, Y=Y, ks=ks)
+    gemm(k, "w4", rows, xfmt)(cp.asarray(X), (Q, SZ, sbf), N, K, mode, Y=Y, ks=ks)
     real = 40 if rows == 48 else rows
-    ref = bf16_to_f32(X[:real]) @ w.T + (y0[:real] if mode == "add" else 0)
+    ref = from16(X[:real], xfmt) @ w.T + (y0[:real] if mode == "add" else 0)
     out = Y.get()
     assert rel(out[:real], ref) < 3e-5
     if mode == "add":

@@ -46,13 +46,19 @@ VARIANTS = {
     "w_s3": ("w4", {"GEMM_STAGES_W4": 3}, {"stages": 3}),
     "w_s6": ("w4", {"GEMM_STAGES_W4": 6}, {"stages": 6}),
     "w_t96_minb3": ("w4", {"GEMM_MINB_W4_T96": 3}, {}),  # the 96-row instance at 168 registers (small spill)
+    "w_f16": ("w4", {}, {"xfmt": "fp16"}),  # the shipped shape, X (and act) in fp16: gemm_w4h_* (issue 41)
 }
 # (The previous 4-bit body, X as the A operand, is dev/cuda/gemm_v3.cu; its numbers are in BENCHMARKS.md.)
 
 
-def reference(fmt, X, W, N, K, mode):
+def from16(a, xfmt):
+    """float32 values of 16-bit activation bits: bf16, or fp16 (xfmt "fp16")."""
+    return a.view(cp.float16).astype(cp.float32) if xfmt == "fp16" else (a.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def reference(fmt, X, W, N, K, mode, xfmt="bf16"):
     """fp32 reference of one launch (CuPy): Y = X W^T, or silu(gate) * up for mode "swiglu"."""
-    x = (X.astype(cp.uint32) << 16).view(cp.float32)
+    x = from16(X, xfmt)
     if fmt == "bf16":
         w = (W.astype(cp.uint32) << 16).view(cp.float32)
     else:
@@ -114,10 +120,11 @@ def main():
             t0 = time.perf_counter()
             k = variant_kernels(defines, only=["gemm.cu"])
             cfg = dict(GEMM_CFG[fmt], **over)
+            xfmt = cfg.pop("xfmt", "bf16")
             la = Launcher(k, s, pdl=False)
             print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
             for rows in rows_list:
-                g = Gemm(k, fmt, rows, cfg=cfg)
+                g = Gemm(k, fmt, rows, cfg=cfg, xfmt=xfmt)
                 per_sm = la.blocks_per_sm(g.name, g.threads, 1, g.smem)
                 slots = sms * per_sm
                 for key, (N, K, mode) in SHAPES.items():
@@ -133,14 +140,14 @@ def main():
                     act.fill(0)
                     if mode == "swiglu":
                         g(Xr, Ws[0], N, K, mode, act=act, run=la)
-                        out = (act.astype(cp.uint32) << 16).view(cp.float32)
+                        out = from16(act, xfmt)
                     else:
                         g(Xr, Ws[0], N, K, mode, Y=Y, ks=ks, run=la)
                         out = Y
                     s.synchronize()
-                    ck = (fmt, rows, key)
+                    ck = (fmt, xfmt, rows, key)
                     if ck not in ref_out:
-                        ref_out[ck] = reference(fmt, Xr, Ws[0], N, K, mode)
+                        ref_out[ck] = reference(fmt, Xr, Ws[0], N, K, mode, xfmt)
                     r0 = ref_out[ck]
                     err = float(cp.linalg.norm(out - r0) / max(float(cp.linalg.norm(r0)), 1e-30))
                     res["check"][f"{name} t{rows} {key}"] = err

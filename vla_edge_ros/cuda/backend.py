@@ -18,7 +18,9 @@ Dependent Launch (sm_90+), each stamp plainly (a full barrier per pass, which th
 loads of older keys rely on).
 
 Prefill, per layer: rmsnorm(+bias) -> GEMM q/k/v -> kv_write -> attn_partial -> attn_combine -> GEMM o (+res) ->
-rmsnorm -> GEMM gate/up + SwiGLU -> GEMM down (+res): 9 kernels (kernels/gemm.cu, through cuda.launch.Gemm).
+rmsnorm -> GEMM gate/up + SwiGLU -> GEMM down (+res): 9 kernels (kernels/gemm.cu, through cuda.launch.Gemm). The GEMMs'
+inputs (the norms' outputs, the attention output, silu(gate) * up) are bf16, or fp16 for a 4-bit model whose weights
+bound them inside fp16's range (fp16_activation_bound; the gemm_w4h_* instances; issue 41).
 Weights: bf16, or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear layers of every layer; the
 kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
 the model, not by a switch.
@@ -47,6 +49,7 @@ from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
 from ..model.weights import action_queries
 from ..vram_plan import (GIB, N_STAMPS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
                          check_vram_plan, in_layout, layout, out_layout, text_head_bytes)
+from .act_format import FP16_ACT_LIMIT, fp16_activation_bound
 from .kernels import Kernels
 from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
                      stamp, state_project, vision_encode)
@@ -68,10 +71,13 @@ def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, sms: int | None = None, stream=None):
+    def __init__(self, weights, capacity: int, vram_ceiling_gb: float = 8.0, sms: int | None = None, stream=None,
+                 fp16_act: bool | None = None):
         """``sms``: the multiprocessors to plan the grids for (default: the device's); ``stream``: the stream the
         chunk's graph is captured and launched on (default: a new non-blocking one). chunk_bench --sms passes a
-        green context's stream and its SM count."""
+        green context's stream and its SM count. ``fp16_act``: a 4-bit model's prefill GEMM inputs (the RMSNorm
+        outputs, the attention output, silu(gate) * up) in fp16 instead of bf16; None (default): where
+        fp16_activation_bound proves they fit (the 4-bit GEMM multiplies q - z, exact in either format)."""
         cfg = self.cfg = weights.cfg
         check_cuda_shape(cfg)
         self.capacity = int(capacity)
@@ -98,10 +104,16 @@ class CudaBackend:
         self.launch = Launcher(self.k, self.stream)
         self.weight_format = cfg.weight_format
         self.w4 = self.weight_format == "w4"
+        if fp16_act is None:
+            fp16_act = self.w4 and fp16_activation_bound(weights) <= FP16_ACT_LIMIT
+        if fp16_act and not self.w4:
+            raise ValueError("fp16 prefill activations need 4-bit weights (the bf16 GEMM multiplies bf16 weights)")
+        self.x16 = bool(fp16_act)  # the prefill's xb / att_bf / act_pre hold fp16 (else bf16)
         self._upload_weights(weights)
         self.gemv_launch = Gemv(self.k, self.weight_format)
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
-        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens)
+        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens,
+                         xfmt="fp16" if self.x16 else "bf16")
         self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
         self._allocate()
         self._peak = 0
@@ -211,16 +223,16 @@ class CudaBackend:
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
             rmsnorm_bf16(self.k, self.x_pre, lw["ln1"], eps, H, T, self.xb, lw["bqkv"], NQKV, self.qkv, run=go,
-                         dependent=False)
+                         dependent=False, f16=self.x16)
             self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, "add")
             kv_write(self.k, self.qkv, T, NQ, NKVD, D, kc, vc, self.order_dev, self.params_dev, 0, cap, run=go,
                      dependent=False)
             attention(self.k, self.qkv, NQKV, kc, vc, self.order_dev, self.params_dev, 0, T, self.NKV, self.group, cap,
                       self.cos, self.sin, bidir_from, nsp, self.part_o, self.part_ml, self.att, self.att_bf, run=go,
-                      dependent=False)
+                      dependent=False, out_f16=self.x16)
             self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
-            rmsnorm_bf16(self.k, self.x_pre, lw["ln2"], eps, H, T, self.xb, run=go, dependent=False)
-            self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16
+            rmsnorm_bf16(self.k, self.x_pre, lw["ln2"], eps, H, T, self.xb, run=go, dependent=False, f16=self.x16)
+            self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16 (fp16)
             self._gemm(self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
     def _decode_layers(self, q_off: int):

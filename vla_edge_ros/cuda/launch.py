@@ -166,18 +166,23 @@ class Gemm:
 
     ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
-    Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``run`` is a callable with the Launcher's
-    signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
+    Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``xfmt``: X (and act) as "bf16" or, 4-bit
+    weights only, "fp16" (the gemm_w4h_* instances: q - z and X multiplied in fp16). ``run`` is a callable with the
+    Launcher's signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
     ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D); ``tokens``:
     the real rows of the buffer (gemm_kernel_rows)."""
 
-    def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None):
+    def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None,
+                 xfmt: str = "bf16"):
         if fmt not in ("bf16", "w4") or rows not in GEMM_ROWS:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
-        self.k, self.fmt, self.rows = kernels, fmt, rows
+        if xfmt not in ("bf16", "fp16") or (xfmt == "fp16" and fmt != "w4"):
+            raise ValueError(f"no prefill GEMM for {fmt} weights with {xfmt} activations")
+        self.k, self.fmt, self.rows, self.xfmt = kernels, fmt, rows, xfmt
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
         self.nb = gemm_block_rows(fmt, c)  # W rows a block
-        self.name = f"gemm_{fmt}_t{gemm_kernel_rows(fmt, rows, tokens)}"
+        kind = "w4h" if xfmt == "fp16" else fmt
+        self.name = f"gemm_{kind}_t{gemm_kernel_rows(fmt, rows, tokens)}"
         self.smem = gemm_smem_bytes(fmt, rows, c, tokens)
         self.threads = 128 * c.get("kw", 1)
         self.kstage = 64 * c.get("kw", 1)  # k per pipeline stage
@@ -358,11 +363,11 @@ def _launch(kernels, run, name, grid, block, args, shared_mem=0, dependent=True)
         run(name, grid, block, args, shared_mem=shared_mem, dependent=dependent)
 
 
-def rmsnorm_bf16(kernels, x, ln, eps, H, T, out, bias=None, N=0, y=None, run=None, dependent=True):
-    """out = rms_norm(x[:T]) as bf16 (kernels/rmsnorm.cu, one block a row); with bias: also y[t, :N] = bias (the
-    split-K GEMM that follows adds into it)."""
+def rmsnorm_bf16(kernels, x, ln, eps, H, T, out, bias=None, N=0, y=None, run=None, dependent=True, f16=False):
+    """out = rms_norm(x[:T]) as bf16 (kernels/rmsnorm.cu, one block a row; ``f16``: as fp16, rmsnorm_f16); with
+    bias: also y[t, :N] = bias (the split-K GEMM that follows adds into it)."""
     null = np.uint64(0)
-    _launch(kernels, run, "rmsnorm_bf16", (int(T),), (256,),
+    _launch(kernels, run, "rmsnorm_f16" if f16 else "rmsnorm_bf16", (int(T),), (256,),
             (x, ln, np.float32(eps), np.int32(H), out, null if bias is None else bias, np.int32(N),
              null if y is None else y), dependent=dependent)
 
@@ -414,9 +419,10 @@ def stamp(kernels, ts, i, run=None):
 
 
 def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,
-              part_o, part_ml, out, out_bf=None, run=None, dependent=True):
+              part_o, part_ml, out, out_bf=None, run=None, dependent=True, out_f16=False):
     """Typed launcher of kernels/attention.cu for one layer: attn_partial_<D> over (nkv, row groups, nsplit) blocks,
-    then attn_combine_<D> into out [T, nkv*group*D] fp32 (and out_bf bf16 when given); D = head_dim, read from the
+    then attn_combine_<D> into out [T, nkv*group*D] fp32 (and out_bf bf16 when given; fp16 with ``out_f16``:
+    attn_combine_h_<D>); D = head_dim, read from the
     cache's last axis (kc [nkv, cap, D]). Query t of q (row stride
     q_stride) has position params[0] + q_off + t; rows t >= bidir_from see every key of the call."""
     i = np.int32
@@ -428,7 +434,7 @@ def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group,
     calls = ((f"attn_partial_{D}", (nkv, nrg, nsplit), 128,
               (q, i(q_stride), kc, vc, order, params, i(q_off), i(T), i(group), i(cap), cos, sin, scale,
                i(bidir_from), part_o, part_ml)),
-             (f"attn_combine_{D}", (nkv * nrg * 64,), D,
+             (f"attn_combine_{'h_' if out_f16 else ''}{D}", (nkv * nrg * 64,), D,
               (part_o, part_ml, i(nrg), i(nsplit), i(T), i(group), i(nkv * group * D), out,
                np.uint64(0) if out_bf is None else out_bf)))
     for name, grid, threads, args in calls:
