@@ -30,6 +30,8 @@ setup(
         "tokenizer": ["tokenizers", "jinja2"],
         # GGUF model files (llama.cpp's reader and dequantizer).
         "gguf": ["gguf"],
+        # vla-edge-fleet (Ray: the bags in parallel, locally or on a cluster).
+        "fleet": ["ray"],
     },
     zip_safe=True,
     maintainer="vla_edge_ros maintainers",
@@ -48,6 +50,7 @@ setup(
             "vla-edge-quantize = vla_edge_ros.tools.quantize:main",
             "vla-edge-plan = vla_edge_ros.tools.plan:main",
             "vla-edge-generate = vla_edge_ros.tools.generate:main",
+            "vla-edge-fleet = vla_edge_ros.tools.fleet:main",
         ],
     },
 )

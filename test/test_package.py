@@ -57,6 +57,7 @@ OPTIONAL = {
     "tokenizers": "tokenizer",
     "jinja2": "tokenizer",
     "gguf": "gguf",
+    "ray": "fleet",  # vla-edge-fleet only: a workstation / cluster tool, not part of the robot's node
 }
 
 # rosdep key -> pip requirement name in setup.py install_requires (ROS packages come from the ROS install).

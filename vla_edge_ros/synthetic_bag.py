@@ -132,11 +132,12 @@ def _write_joint_states(writer, ts, Header, Time, joints, start_ns: int, seconds
         writer.write(conn, t, ts.serialize_cdr(msg, msgtype))
 
 
-def write_degraded_bag(source, path, schedule: dict[int, str], seed: int = 0, quality: int = 90) -> Path:
+def write_degraded_bag(source, path, schedule: dict[int, str], seed: int = 0, quality: int = 90,
+                       frames: int | None = None) -> Path:
     """Copy a bag of images (any frame source: ``clips.open_clip``) into a new JPEG bag (``/camera/image_raw/
     compressed``, the recorded stamps and frame ids), with the frames whose index is in ``schedule`` replaced by a
     blind camera's (``frame_quality.degrade``: index -> degradation; a ``repeat`` repeats the last frame before its
-    spell).  Returns the bag's directory."""
+    spell); ``frames``: only the first that many.  Returns the bag's directory."""
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     from .clips import open_clip
@@ -156,6 +157,8 @@ def write_degraded_bag(source, path, schedule: dict[int, str], seed: int = 0, qu
         conn = writer.add_connection("/camera/image_raw/compressed", COMPRESSED_T, typestore=ts)
         last_good = None
         for i, item in enumerate(src.items()):
+            if frames is not None and i >= frames:
+                break
             rgb = item.rgb()
             kind = schedule.get(i)
             if kind is None:

@@ -608,26 +608,40 @@ def clip_notes(clip: dict, camera_hz: float, run_frames: int) -> list[str]:
 # --- command line -------------------------------------------------------------------------------------
 
 def build_parser() -> Parser:
-    from ..model.config import PRESETS
-
     p = Parser(prog="vla-edge-bench", description=__doc__.splitlines()[0],
                epilog=__doc__[__doc__.index("Usage examples:"):], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clip", action="append", required=True,
+                   help="video file, image folder, rosbag2 bag (.mcap/.db3/folder), synthetic or synthetic-cut; "
+                        "repeatable (default: none, required)")
+    add_run_options(p)
+    p.add_argument("--out", required=True,
+                   help="output folder for report.json/.md/.png; must be new or empty (default: none, required)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out (the old folder is swapped out only once the new report is "
+                        "complete) (default: refuse)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
+    return p
+
+
+def add_run_options(p, seconds: float | None = 10.0, camera_hz: float | None = 60.0,
+                    seconds_help: str = "10", camera_hz_help: str = "60") -> None:
+    """The options of one clip's run (models, policies, timing, every node setting): vla-edge-bench's and
+    vla-edge-fleet's, declared once. The fleet defaults --seconds / --camera-hz to each bag's own (None)."""
+    from ..model.config import PRESETS
+
     p.add_argument("--model", action="append",
                    help="model: an HF-layout dir or a GGUF file (default: generate --preset into a temp dir); give "
                         "it more than once to compare models side by side (e.g. bf16 and 4-bit, autoregressive and "
                         "parallel): each model runs every policy, labelled MODEL:POLICY")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                    help="model preset to generate when --model is omitted (default: tiny)")
-    p.add_argument("--clip", action="append", required=True,
-                   help="video file, image folder, rosbag2 bag (.mcap/.db3/folder), synthetic or synthetic-cut; "
-                        "repeatable (default: none, required)")
     p.add_argument("--policies", default=",".join(POLICY_NAMES),
                    help=f"comma-separated eviction policies (default: {','.join(POLICY_NAMES)})")
-    p.add_argument("--seconds", type=bounded(0.01, 86400.0), default=10.0,
-                   help="run time per clip and policy (default: 10)")
-    p.add_argument("--camera-hz", type=bounded(0.1, 1000.0), default=60.0,
+    p.add_argument("--seconds", type=bounded(0.01, 86400.0), default=seconds,
+                   help=f"run time per clip and policy (default: {seconds_help})")
+    p.add_argument("--camera-hz", type=bounded(0.1, 1000.0), default=camera_hz,
                    help="rate the clip is fed to the FrameBuffer; the report notes when it differs from the clip's "
-                        "own rate (default: 60)")
+                        f"own rate (default: {camera_hz_help})")
     add_setting_options(p, BENCH_SETTINGS, flags={"kv_capacity_tokens": "--kv-capacity"},
                         defaults={"kv_capacity_tokens": None, "instruction_min_interval_cycles": 1},
                         helps={"kv_capacity_tokens": f"{KV_CAPACITY_TOKENS} on cuda, {CPU_KV_CAPACITY_TOKENS} on "
@@ -660,13 +674,6 @@ def build_parser() -> Parser:
                    help="change the instruction SECONDS into each run (repeatable: a schedule); the report gives "
                         "the cycles each change cost (default: none)")
     p.add_argument("--seed", type=int, default=0, help="synthetic clips, warm-up frames, generated model (default: 0)")
-    p.add_argument("--out", required=True,
-                   help="output folder for report.json/.md/.png; must be new or empty (default: none, required)")
-    p.add_argument("--force", action="store_true",
-                   help="replace a non-empty --out (the old folder is swapped out only once the new report is "
-                        "complete) (default: refuse)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no printed report (default: show them)")
-    return p
 
 
 def _quality_checks(text: str) -> list[str]:
@@ -692,7 +699,11 @@ def _instruction_at(text: str):
 
 def parse_args(argv):
     p = build_parser()
-    a = p.parse_args(argv)
+    return finish_run_args(p, p.parse_args(argv))
+
+
+def finish_run_args(p, a):
+    """The checks and derived values of add_run_options' options (p.error on an impossible combination)."""
     a.policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     if not a.policies:
         p.error("--policies: give at least one policy")
