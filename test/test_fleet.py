@@ -80,8 +80,10 @@ def _load(out: Path) -> dict:
 def fleet_run(bags, tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet") / "out"
     t0 = time.monotonic()
-    r = _fleet("--manifest", bags["manifest"], *RUN, "--workers", "2", "--out", out, "--quiet")
-    print(f"[fleet] 6 bags on 2 workers: {time.monotonic() - t0:.1f} s, rc {r.returncode}")
+    # one worker: each bag has the host to itself, as in the bench it is compared with (two loops on a 2-core host
+    # under slow_host.sh -f 3 starve each other: a bag had 13 misses in 30 ticks); the parallel runs are below
+    r = _fleet("--manifest", bags["manifest"], *RUN, "--workers", "1", "--out", out, "--quiet")
+    print(f"[fleet] 6 bags on 1 worker: {time.monotonic() - t0:.1f} s, rc {r.returncode}")
     assert r.returncode == 4, r.stderr[-3000:]  # the report is complete; some bags failed
     return out, _load(out)
 
@@ -96,9 +98,10 @@ def test_the_bad_bags_fail_alone_with_their_reason(fleet_run, bags):
         assert "\n" not in status[name]["error"]
     for name in ("road_cap", "road_clean", "bikes_blur", "bikes_clean"):
         assert status[name]["status"] == "ok" and status[name]["error"] is None
+        assert status[name]["worker"]["niceness"] == 0  # not Ray's default 15: the loop at the node's priority
     f = rep["fleet"]
     assert (f["bags"], f["bags_ok"], f["bags_failed"], f["bags_pending"], f["complete"]) == (6, 4, 2, 0, True)
-    assert f["workers"] == 2 and f["ray_mode"] == "local" and f["bags_per_hour"] > 0
+    assert f["workers"] == 1 and f["ray_mode"] == "local" and f["bags_per_hour"] > 0
     # one result file a bag, each whole JSON, the failed ones too
     files = sorted(p.name for p in (out / "bags").iterdir())
     assert files == sorted(fleet.result_name(b["bag"]) for b in rep["bags"])
@@ -119,7 +122,8 @@ def test_the_report_has_the_bench_keys_and_the_fleet_aggregates(fleet_run):
     k = rep["fleet"]["per_key"]["fifo"]
     m = [c["policies"]["fifo"] for c in rep["clips"]]
     assert k["totals"]["cycles"] == sum(x["cycles"] for x in m)
-    assert k["totals"]["deadline_misses"] == sum(x["deadline_misses"] for x in m) == 0
+    assert k["totals"]["deadline_misses"] == sum(x["deadline_misses"] for x in m)
+    assert k["totals"]["rows_with_misses"] == sum(x["deadline_misses"] > 0 for x in m)
     assert k["totals"]["fallbacks"]["frame_quality"] == sum(x["fallbacks"]["frame_quality"] for x in m) >= 10
     assert k["over_bags"]["model_share"]["n"] == 4 and k["over_bags"]["model_share"]["max"] == pytest.approx(
         max(x["model_actions"] / x["cycles"] for x in m))
@@ -152,7 +156,7 @@ def test_per_bag_results_equal_the_bench_on_the_same_bags(fleet_run, bags, tmp_p
         for reason in set(fm["fallbacks"]) | set(bm["fallbacks"]):
             assert abs(fm["fallbacks"].get(reason, 0) - bm["fallbacks"].get(reason, 0)) <= TICKS_APART, reason
         assert f["frame_quality"] == bench_clip["frame_quality"]  # the same frames, checked the same way
-        assert fm["deadline_misses"] == bm["deadline_misses"] == 0
+        assert fm["deadline_misses"] == bm["deadline_misses"] == 0  # each alone on the host: no tick missed
 
 
 def _nonzero(d: dict) -> dict:
@@ -162,7 +166,7 @@ def _nonzero(d: dict) -> dict:
 def test_a_resumed_run_redoes_nothing(fleet_run, bags):
     out, rep = fleet_run
     before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "bags").iterdir()}
-    r = _fleet("--manifest", bags["manifest"], *RUN, "--workers", "2", "--out", out, "--resume", "--quiet")
+    r = _fleet("--manifest", bags["manifest"], *RUN, "--workers", "2", "--out", out, "--resume", "--quiet")  # 0 to run
     assert r.returncode == 4, r.stderr[-2000:]
     after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "bags").iterdir()}
     assert after == before  # not one result rewritten
@@ -266,6 +270,7 @@ def test_ctrl_c_leaves_a_consistent_folder_and_no_ray_process(bags, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     f = _load(out)["fleet"]
     assert f["complete"] and f["bags_ok"] == 4 and f["bags_resumed"] == len(done) and f["bags_run_now"] == 4 - len(done)
+    assert f["workers"] == min(2, 4 - len(done))  # the bags left, in parallel
 
 
 def test_the_same_command_on_a_cluster_given_by_address(bags, tmp_path):

@@ -192,6 +192,16 @@ class FleetWorker:
         from ..realtime import tighten_gil_switch
 
         tighten_gil_switch()  # as the node's process and the bench's
+        # A cluster's workers run at Ray's worker_niceness (15 unless set): under load that starves the loop (the
+        # micro chunk took 220-250 ms instead of ~10 under slow_host.sh -f 3). Back to 0 where allowed; each
+        # result says the niceness its bag ran at.
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
+        if self.niceness > 0:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, 0)
+                self.niceness = 0
+            except OSError:
+                pass
         self.args, self.argv = args, argv
         self.models = open_models(self.args)  # settles backend "auto" and the KV capacity on this worker's machine
         self.progress = tqdm(disable=True)
@@ -209,7 +219,7 @@ class FleetWorker:
 
         ctx = ray.get_runtime_context()
         out = {"bag": path, "name": name, "worker": {"node": platform.node(), "pid": os.getpid(),
-                                                     "actor": ctx.get_actor_id()},
+                                                     "actor": ctx.get_actor_id(), "niceness": self.niceness},
                "worker_restarted": bool(ctx.was_current_actor_reconstructed)}
         t0 = time.monotonic()
         try:
@@ -380,8 +390,10 @@ def start_ray(ray, args) -> str:
             if address:
                 ray.init(address=address, **common)
                 return f"cluster {address}"
-            # results are small: a small object store keeps the local Ray within a CI host's /dev/shm
-            ray.init(address="local", object_store_memory=128 * 2**20, **common)
+            # results are small: a small object store keeps the local Ray within a CI host's /dev/shm. Ray starts
+            # its workers at niceness 15 by default; a bag's loop must run as the node's does, at normal priority
+            ray.init(address="local", object_store_memory=128 * 2**20, _system_config={"worker_niceness": 0},
+                     **common)
             return "local"
         except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError...: one line
             side.seek(0)
