@@ -38,6 +38,7 @@ from vla_edge_ros.model import ops  # noqa: E402
 from vla_edge_ros.model.reference import ReferenceModel  # noqa: E402
 from vla_edge_ros.model.safetensors_io import bf16_to_f32, f32_to_bf16  # noqa: E402
 from vla_edge_ros.model.weights import load_weights  # noqa: E402
+from w4_weight_rounding import measure  # noqa: E402 - the same metric as the weight-rounding study (this folder)
 
 POINTS = ("x", "kv", "krot", "q", "p", "att", "act")
 CUDA = {p: "bf16" for p in POINTS}  # the engine as shipped
@@ -144,15 +145,6 @@ class Emu:
             x = x + self._gemm_out(ops.linear(r["act"](ops.silu_mul(g_, u_)), w["wd"]))
             hidden.append(x.copy())
         return ops.rms_norm(x, self.ref.final_norm, eps), hidden
-
-
-def measure(a_logits, b_logits):
-    """(worst cosine, max over rows of max |a - b| / max |b|) of two [rows, 256] logit arrays; b is the reference."""
-    cos, delta = 1.0, 0.0
-    for a, b in zip(np.asarray(a_logits, np.float64), np.asarray(b_logits, np.float64)):
-        cos = min(cos, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
-        delta = max(delta, float(np.abs(a - b).max() / np.abs(b).max()))
-    return cos, delta
 
 
 def main() -> int:
