@@ -323,10 +323,11 @@ def test_help_and_bad_inputs_are_one_line(tmp_path, bags):
 
 
 def test_manifests_csv_and_yaml(tmp_path):
-    (tmp_path / "m.yaml").write_text("bags:\n  - a.mcap\n  - {path: /abs/b, robot: r7, note: " + "x" * 500 + "}\n")
+    (tmp_path / "m.yaml").write_text("bags:\n  - a.mcap\n  - {path: /abs/b, robot: \"r7\\n| x\", note: " + "x" * 500
+                                     + "}\n")
     got = fleet.read_manifest(str(tmp_path / "m.yaml"))
     assert got[0] == fleet.Bag(str(tmp_path / "a.mcap"), {})
-    assert got[1].path == "/abs/b" and got[1].metadata["robot"] == "r7"
+    assert got[1].path == "/abs/b" and got[1].metadata["robot"] == "r7 | x"  # one line, whatever the file holds
     assert len(got[1].metadata["note"]) == fleet.MAX_META_CHARS  # a hostile value is shortened
     (tmp_path / "bad.csv").write_text("file,robot\nx,y\n")
     with pytest.raises(fleet.FleetError, match="needs a 'path' column"):

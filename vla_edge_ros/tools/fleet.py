@@ -109,10 +109,15 @@ def read_manifest(path: str) -> list[Bag]:
         bag_path = row["path"].strip()
         if bag_path not in SYNTHETIC and not os.path.isabs(bag_path):
             bag_path = str(p.parent / bag_path)
-        meta = {str(k)[:MAX_META_CHARS]: ("" if v is None else str(v))[:MAX_META_CHARS]
-                for k, v in row.items() if k != "path" and k is not None}
+        meta = {_printable(k): _printable("" if v is None else v) for k, v in row.items()
+                if k != "path" and k is not None}
         bags.append(Bag(bag_path, meta))
     return bags
+
+
+def _printable(v) -> str:
+    """A metadata key or value as one short line: control characters (newlines included) as spaces, shortened."""
+    return re.sub(r"[\x00-\x1f\x7f]", " ", str(v))[:MAX_META_CHARS]
 
 
 def expand_inputs(inputs: list[str], manifest: str | None) -> list[Bag]:

@@ -100,6 +100,11 @@ def build_report(header: dict, results: list[dict], run: dict) -> dict:
     return {**header, "clips": clips, "bags": bags, "fleet": aggregate(results, run)}
 
 
+def _cell(x) -> str:
+    """Text for a Markdown table cell: a '|' in a bag name, an error or a metadata value would end the cell."""
+    return str(x).replace("|", "\\|")
+
+
 def _f(x, digits=1) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
@@ -134,12 +139,12 @@ def write_markdown(report: dict, path: str) -> None:
                      f"{_f(age.get('p50'))} |")
     lines += ["", "## Worst bags (by deadline misses, then fallbacks)", "",
               "| bag | key | misses | fallbacks | cycles | model share |", "|---|---|---|---|---|---|"]
-    lines += [f"| {w['name']} | {w['key']} | {w['deadline_misses']} | {w['fallbacks_total']} | {w['cycles']} | "
+    lines += [f"| {_cell(w['name'])} | {w['key']} | {w['deadline_misses']} | {w['fallbacks_total']} | {w['cycles']} | "
               f"{w['model_share']:.3f} |" for w in f["worst"]]
     for field, values in f["groups"].items():
-        lines += ["", f"## By {field}", "", f"| {field} | bags | cycles | model share | misses | fallbacks |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {v} | {g['bags']} | {g['cycles']} | {g['model_share']:.3f} | {g['deadline_misses']} | "
+        lines += ["", f"## By {_cell(field)}", "", f"| {_cell(field)} | bags | cycles | model share | misses | "
+                  "fallbacks |", "|---|---|---|---|---|---|"]
+        lines += [f"| {_cell(v)} | {g['bags']} | {g['cycles']} | {g['model_share']:.3f} | {g['deadline_misses']} | "
                   f"{g['fallbacks_total']} |" for v, g in values.items()]
     lines += ["", "## Bags", "", "| bag | status | key | cycles | model | plan share | misses | fallbacks | "
               "chunk p50/p99 ms | frame age p50 ms | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -147,11 +152,11 @@ def write_markdown(report: dict, path: str) -> None:
     for b in report["bags"]:
         clip = by_bag.get(b["bag"])
         if clip is None:
-            lines.append(f"| {b['name']} | {b['status']}: {b['error'] or ''} | | | | | | | | | |")
+            lines.append(f"| {_cell(b['name'])} | {b['status']}: {_cell(b['error'] or '')} | | | | | | | | | |")
             continue
         for key, m in clip["policies"].items():
             fb = ", ".join(f"{r} {n}" for r, n in m["fallbacks"].items() if n)
-            lines.append(f"| {b['name']} | ok{' (resumed)' if b.get('resumed') else ''}"
+            lines.append(f"| {_cell(b['name'])} | ok{' (resumed)' if b.get('resumed') else ''}"
                          f"{' (worker restarted)' if b.get('worker_restarted') else ''} | {key} | {m['cycles']} | "
                          f"{m['model_actions']} | {_f(m.get('plan_share'), 3)} | {m['deadline_misses']} | "
                          f"{sum(m['fallbacks'].values())}{' (' + fb + ')' if fb else ''} | "
