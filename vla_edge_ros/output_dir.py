@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import secrets
 import shutil
 import stat
+import tempfile
 from contextlib import contextmanager
 
 TMP_MARKER = ".vla-out.tmp"  # the end of a temporary folder's name
@@ -181,3 +183,26 @@ def _quietly(fn, *args) -> None:
         fn(*args)
     except OSError:
         pass
+
+
+@contextmanager
+def atomic_file(path):
+    """A temporary file beside `path` to write (yields its name), fsynced and renamed over `path` when the block
+    ends, removed when it raises: a reader sees the old file or the new one, never half of one."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _quietly(os.unlink, tmp)
+        raise
+
+
+def write_json_atomic(path, data) -> None:
+    """`data` as indented JSON at `path`, whole or not at all (`atomic_file`)."""
+    with atomic_file(path) as tmp, open(tmp, "w") as f:
+        json.dump(data, f, indent=1)

@@ -48,7 +48,8 @@ from ..engine import cuda_available
 from ..model.checkpoint import check_model_path
 from .bench import add_run_options, finish_run_args, open_models, prepare_clip, report_header
 from .cli import Parser, bounded, fail, positive_int
-from .fleet_report import build_report, write_json_atomic, write_markdown, write_plot
+from ..output_dir import atomic_file, write_json_atomic
+from .fleet_report import build_report, write_markdown, write_plot
 
 TOOL = "vla-edge-fleet"
 MAX_BAGS = 100_000  # a manifest bound: a hostile file cannot make the driver hold millions of rows
@@ -184,8 +185,9 @@ def bag_run_args(args, path: str):
 
 
 def one_line(e: BaseException) -> str:
+    """An error as `Type: its first line` (Ray's own messages run to tracebacks)."""
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:500]
+    return f"{type(e).__name__}: {text[0].strip() if text else ''}"[:500]
 
 
 class FleetWorker:
@@ -450,7 +452,7 @@ def run(args, argv, ray, bags: list[Bag], bags_dir: Path, kept: dict) -> int:
         try:
             header = ray.get(actors[0].header.remote())
         except ray.exceptions.RayError as e:
-            raise FleetError(f"the workers could not start: {_ray_reason(e)}") from None
+            raise FleetError(f"the workers could not start: {one_line(e)}") from None
         header["model"]["name"] = ", ".join(names) if len(names) > 1 else names[0]
         sampler = gpu_sampler(stop_sampling, gpu_samples)
         progress = tqdm(total=len(todo), unit="bag", file=sys.stderr, disable=args.quiet, desc=TOOL)
@@ -474,7 +476,7 @@ def run(args, argv, ray, bags: list[Bag], bags_dir: Path, kept: dict) -> int:
                         r = ray.get(ref)
                     except ray.exceptions.RayError as e:  # the worker died twice on this bag (retried once)
                         r = {"bag": b.path, "name": display_name(b.path), "status": "failed",
-                             "error": f"worker died (retried once): {_ray_reason(e)}", "worker_restarted": True}
+                             "error": f"worker died (retried once): {one_line(e)}", "worker_restarted": True}
                     r.update(version=RESULT_VERSION, metadata=b.metadata, resumed=False)
                     write_json_atomic(str(bags_dir / result_name(b.path)), r)
                     results[b.path] = r
@@ -501,10 +503,10 @@ def run(args, argv, ray, bags: list[Bag], bags_dir: Path, kept: dict) -> int:
         report = build_report(header, ordered, fleet_run)
         out = Path(args.out)
         write_json_atomic(str(out / "fleet.json"), report)
-        write_markdown(report, str(out / ".fleet.md.tmp"))
-        os.replace(out / ".fleet.md.tmp", out / "fleet.md")
-        write_plot(report, str(out / ".fleet.tmp.png"))
-        os.replace(out / ".fleet.tmp.png", out / "fleet.png")
+        with atomic_file(out / "fleet.md") as tmp:
+            write_markdown(report, tmp)
+        with atomic_file(out / "fleet.png") as tmp:
+            write_plot(report, tmp)
         f = report["fleet"]
         if not args.quiet:
             print(f"{TOOL}: {f['bags_ok']} of {f['bags']} bags ran, {f['bags_failed']} failed, {f['bags_pending']} "
@@ -537,12 +539,6 @@ def run(args, argv, ray, bags: list[Bag], bags_dir: Path, kept: dict) -> int:
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def _ray_reason(e: BaseException) -> str:
-    """A RayError's first meaningful line (Ray's own messages run to tracebacks)."""
-    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def _gpu_summary(samples: list) -> dict | None:

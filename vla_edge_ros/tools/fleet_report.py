@@ -8,9 +8,6 @@ ones with their one-line reason) and "fleet" (the aggregates). No Ray here: the 
 """
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 
 from ..diagnostics import FALLBACK_REASONS
@@ -209,15 +206,5 @@ def write_plot(report: dict, path: str, max_rows: int = 40) -> None:
     fig.suptitle(f"vla-edge-fleet: {f['bags_ok']} of {f['bags']} bags, {f['bags_failed']} failed"
                  + ("" if f["complete"] else " (incomplete)"), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")  # the path may be a temporary name
     plt.close(fig)
-
-
-def write_json_atomic(path: str, data: dict) -> None:
-    """`data` as JSON at `path`, whole or not at all (a temporary file beside it, fsynced, renamed)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

@@ -11,15 +11,14 @@ says so (one shape's time is never scaled to another). Last, the measured shapes
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-import tempfile
 
 from .. import edge
 from ..constants import ACTION_TOKENS
 from ..model.config import ACTION_DECODING
+from ..output_dir import write_json_atomic
 
 EXAMPLE = """example:
   vla-edge-plan --model ~/models/qwen2.5-1.5b-vla --board agx-orin --capacity 4096
@@ -328,16 +327,8 @@ def _check_out(path: str) -> str:
 
 
 def _write_json(path: str, data: dict) -> None:
-    parent = _check_out(path)
-    fd, tmp = tempfile.mkstemp(prefix=".plan.", dir=parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _check_out(path)
+    write_json_atomic(path, data)
 
 
 def main(argv=None) -> int:
