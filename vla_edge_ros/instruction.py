@@ -126,6 +126,7 @@ class PromptBuilder:
         self.render_budget_s = float(render_budget_s)
         self._specials = self._special_strings()
         self._renders: OrderedDict = OrderedDict()  # text -> (prompt, refusal, lasting, when)
+        self.renders = 0  # chat-template renders done (remembered ones not counted): the work instructions cost
         if self.template == "chat" and tokenizer is not None and tokenizer.chat_template:
             try:
                 self._render(PROBE_INSTRUCTION, RENDER_START_S, max(self.render_budget_s, PROBE_BUDGET_S))
@@ -175,6 +176,7 @@ class PromptBuilder:
                 raise InstructionError(hit[1])
             return hit[0]
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": text}]
+        self.renders += 1
         try:
             prompt, why, lasting = self.tokenizer.render_chat(messages, budget_s=budget_s or self.render_budget_s,
                                                               start_s=start_s), None, True

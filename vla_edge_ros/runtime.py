@@ -279,6 +279,7 @@ class Runtime:
                 "instruction_changes": cyc.instruction_changes, "instruction_coalesced": cyc.instruction_coalesced,
                 "instruction_failures": cyc.instruction_failures, "instruction_refused": self.instruction_refused,
                 "instruction_unchanged": self.instruction_unchanged,
+                "instruction_renders": getattr(self.engine.prompts, "renders", 0),
                 "instruction_pending": cyc.instruction_in_progress,
                 "instruction_last_refusal": self.instruction_last_refusal or "none"}
 
