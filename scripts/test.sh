@@ -13,7 +13,9 @@ real_model="$(python3 scripts/fetch_test_model.py 2>&1)" || true
 echo "$real_model"
 # colcon test exits 0 even when tests fail; colcon test-result is the verdict.
 # A private basetemp: tests never share /tmp/pytest-of-$USER with other pytest sessions on the machine.
-colcon test --event-handlers console_direct+ --pytest-args -ra --basetemp="$PWD/build/pytest-tmp" "$@" || true
+# Two workers, a whole file each (module fixtures load once, a file's tests stay in order); the slowest 25 printed.
+colcon test --event-handlers console_direct+ --pytest-args -ra -n 2 --dist loadfile --durations=25 \
+  --basetemp="$PWD/build/pytest-tmp" "$@" || true
 set +e
 colcon test-result --all --verbose > build/test_result.txt
 rc=$?

@@ -1,13 +1,18 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
 import os
-import random
 import sys
+import tempfile
 
 import pytest
 
 # Run from the source tree too (plain `pytest test/`), not only from colcon's installed package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Converted GGUF models (model/converted_cache.py) go to one folder of this machine's temp dir, shared by the run's
+# processes (nodes and tools started by tests inherit it) and by later runs, never to the user's ~/.cache; the real
+# GGUF is converted once a run at most. A test of the cache itself points it at its own folder.
+os.environ.setdefault("VLA_EDGE_CONVERTED_CACHE",
+                      os.path.join(tempfile.gettempdir(), f"vla_edge_converted_{os.getuid()}"))
 
 
 def _gpu_present() -> bool:
@@ -30,7 +35,15 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: a linter run as a test")
 
 
+# The longest files of the CPU suite (BENCHMARKS.md "The suite"), run first: pytest-xdist hands whole files out in
+# collection order, so a long file collected last would leave the other worker idle at the end.
+LONG_FILES = ("test_real_weights.py", "test_fleet.py", "test_reliability_ros.py", "test_kernels_compile.py",
+              "test_round4_ros.py", "test_ros_integration.py", "test_real_weights_ros.py", "test_gguf.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: each file's order kept
     if GPU:
         return
     skip = pytest.mark.skip(reason="no CUDA GPU / CuPy on this machine")
@@ -61,8 +74,10 @@ def small_model(tmp_path_factory):
 
 @pytest.fixture
 def domain(monkeypatch):
-    """A random ROS domain of this test's own, discovery on this host only."""
-    d = random.randint(1, 100)
+    """A random ROS domain of this test's own (ros_helpers.own_domain), discovery on this host only."""
+    from ros_helpers import own_domain
+
+    d = own_domain()
     monkeypatch.setenv("ROS_DOMAIN_ID", str(d))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)

@@ -57,6 +57,18 @@ DIAG_KEYS = {"deadline_miss_rate", "overruns", "fallback_rate", "cycle_ms_p50", 
 ROBOT_DISCOVERY = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "127.0.0.1"}
 
 
+def own_domain(low: int = 1, high: int = 100) -> int:
+    """A random ROS domain in low..high; under pytest-xdist (scripts/test.sh runs two workers) each worker draws
+    from its own part of the range, so two tests running at once never share a domain."""
+    import random
+
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    index = int(worker) % count if worker.isdigit() else 0
+    span = (high - low + 1) // count
+    return random.randint(low + index * span, low + (index + 1) * span - 1)
+
+
 def ros_env(domain: int, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(

@@ -364,7 +364,7 @@ def test_a_model_directory_whose_tokenizer_has_more_tokens_than_rows_is_one_line
 
 
 def test_the_real_vocabulary_passes_the_checks(real_gguf):
-    from vla_edge_ros.model.tokenizer import load_tokenizer
+    from vla_edge_ros.model.tokenizer import build_gguf_tokenizer
 
-    tok = load_tokenizer(real_gguf)
+    tok = build_gguf_tokenizer(real_gguf)  # from the file's metadata, whatever the converted-weights cache holds
     assert tok.tok.get_vocab_size() == 151936 and tok.encode("<|im_end|>") == [151645]

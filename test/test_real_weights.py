@@ -71,14 +71,24 @@ def _gate(weights, hf, capsys, label):
     return rs
 
 
-def test_the_tokenizer_is_the_checkpoint_s_own(hf):
-    tok, hf_tok = hf["tok"], hf["hf_tok"]
-    for text in (*F.TEXTS, PROMPT_CODE, "héllo wörld  \n\n\t x=1 ", "<|im_start|>user\nhi<|im_end|>", "日本語 1234567"):
-        assert tok.encode(text) == hf_tok.encode(text, add_special_tokens=False), text
-        assert tok.decode(tok.encode(text)) == text
-    messages = [{"role": "system", "content": "You drive a robot."}, {"role": "user", "content": "pick up the cup"}]
-    assert tok.render_chat(messages) == hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert 151645 in tok.eos_ids  # <|im_end|> ends an instruct turn
+def test_the_tokenizer_is_the_checkpoint_s_own(hf, golden_bf16, real_gguf):
+    """Built from the GGUF's metadata, and as loaded from its converted-weights entry (golden_bf16 wrote it)."""
+    from vla_edge_ros.model import converted_cache
+    from vla_edge_ros.model.tokenizer import build_gguf_tokenizer, load_tokenizer
+
+    hf_tok = hf["hf_tok"]
+    assert converted_cache.lookup(real_gguf) is not None
+    converted = load_tokenizer(real_gguf)
+    assert converted.source == real_gguf
+    for tok in (build_gguf_tokenizer(real_gguf), converted):
+        for text in (*F.TEXTS, PROMPT_CODE, "héllo wörld  \n\n\t x=1 ", "<|im_start|>user\nhi<|im_end|>",
+                     "日本語 1234567"):
+            assert tok.encode(text) == hf_tok.encode(text, add_special_tokens=False), text
+            assert tok.decode(tok.encode(text)) == text
+        messages = [{"role": "system", "content": "You drive a robot."}, {"role": "user", "content": "pick up the cup"}]
+        assert tok.render_chat(messages) == hf_tok.apply_chat_template(messages, tokenize=False,
+                                                                       add_generation_prompt=True)
+        assert 151645 in tok.eos_ids  # <|im_end|> ends an instruct turn
 
 
 def test_golden_model_in_float32_is_hf_transformers(real_gguf, hf, capsys):

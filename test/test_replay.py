@@ -279,14 +279,13 @@ def test_replay_of_a_damaged_video_reports_and_judges(tmp_path):
 def test_reliable_by_default_and_frame_id_passed_through(tmp_path):
     """A RELIABLE subscriber (it never matches a BEST_EFFORT publisher) gets every frame, with the bag's frame_id."""
     rclpy = pytest.importorskip("rclpy")
-    import random
     import threading
 
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
-    from ros_helpers import ros_env
+    from ros_helpers import own_domain, ros_env
 
-    domain = random.randint(1, 100)
+    domain = own_domain()
     bag = make_test_bag(tmp_path / "b", frames=20, fps=30.0, width=32, height=16, frame_id="front_cam")
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain)
@@ -317,11 +316,9 @@ def test_reliable_by_default_and_frame_id_passed_through(tmp_path):
 @pytest.mark.parametrize("fmt", ["auto", "compressed"])
 def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypatch):
     pytest.importorskip("rclpy")
-    import random
+    from ros_helpers import Listener, Proc, own_domain, ros_env
 
-    from ros_helpers import Listener, Proc, ros_env
-
-    domain = random.randint(1, 100)
+    domain = own_domain()
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     bag = make_test_bag(tmp_path / "b", frames=45, fps=30.0, width=160, height=120)
     stamps = [1_700_000_000_000_000_000 + int(round(i * 1e9 / 30)) for i in range(45)]
@@ -358,11 +355,9 @@ def test_publishes_at_the_recorded_rate_with_bag_stamps(tmp_path, fmt, monkeypat
 @pytest.mark.slow
 def test_duration_and_rate_options(tmp_path, monkeypatch):
     pytest.importorskip("rclpy")
-    import random
+    from ros_helpers import Proc, own_domain, ros_env
 
-    from ros_helpers import Proc, ros_env
-
-    domain = random.randint(1, 100)
+    domain = own_domain()
     bag = make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=32, height=16)
     t0 = time.monotonic()
     p = Proc(["-m", "vla_edge_ros.tools.replay", str(bag), "--loop", "--rate", "2.0", "--duration", "2"],
@@ -437,15 +432,14 @@ def test_a_reliable_replay_waits_for_its_subscribers_before_exiting(tmp_path):
     has the last frame. Exiting at once could lose the last frames."""
     pytest.importorskip("rclpy")
     import os
-    import random
     import signal
 
-    from ros_helpers import ROBOT_DISCOVERY, Proc, ros_env
+    from ros_helpers import ROBOT_DISCOVERY, Proc, own_domain, ros_env
 
     # UDP only (a robot's discovery range, static peer for unicast discovery): over Fast DDS's shared-memory
     # transport a reader stopped ~2.5 s while 57 KB frames arrived at 30 Hz got nothing more from this writer
     # after it ran again (6 of 8 runs; never acknowledged within 10 s); over UDP it is repaired (6 of 6)
-    env = ros_env(random.randint(101, 200), {**ROBOT_DISCOVERY, "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
+    env = ros_env(own_domain(101, 200), {**ROBOT_DISCOVERY, "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"})
     bag = make_test_bag(tmp_path / "b", frames=30, fps=30.0, width=160, height=120)
     last = 1_700_000_000_000_000_000 + int(round(29 * 1e9 / 30))
     reader = Proc(["-c", SLOW_READER], env, tmp_path / "reader.log")

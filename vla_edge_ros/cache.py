@@ -3,14 +3,13 @@
 """Where generated assets (demo models, demo clips) live, made once and shared by the demo, the soak and the node.
 
 $VLA_EDGE_CACHE, else out/cache of a writable source tree (in-tree runs, or the current directory when it is the
-repo), else $XDG_CACHE_HOME (~/.cache)/vla_edge_ros.
+repo), else $XDG_CACHE_HOME (~/.cache)/vla_edge_ros. The converted GGUF models live in its converted/ folder
+(model/converted_cache.py).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from .model.generate import ensure_model
 
 
 def cache_root() -> Path:
@@ -25,4 +24,6 @@ def cache_root() -> Path:
 
 def generated_model(preset: str = "tiny", seed: int = 0, cache: Path | None = None) -> str:
     """The random `preset` model (seed `seed`) in the cache, generated the first time it is asked for."""
+    from .model.generate import ensure_model  # here: model/converted_cache asks cache_root, without a circle
+
     return ensure_model(str(Path(cache or cache_root()) / f"{preset}-seed{seed}"), preset, seed)

@@ -115,19 +115,19 @@ def check_finite(r: BackendResult) -> None:
 
 
 class Engine:
-    def __init__(self, model_dir, backend: str = "auto", kv_capacity_tokens: int = KV_CAPACITY_TOKENS,
+    def __init__(self, model_path, backend: str = "auto", kv_capacity_tokens: int = KV_CAPACITY_TOKENS,
                  policy: str = "fifo", window_frames: int = 8, action_low=-1.0, action_high=1.0,
                  vram_ceiling_gb: float = VRAM_CEILING_GB,
                  weights: Weights | None = None, instruction: str = "", instruction_template: str = "auto",
                  max_instruction_tokens: int = 256):
-        self.model_dir = str(model_dir)
-        self.weights = weights if weights is not None else load_model(self.model_dir)
+        self.model_path = str(model_path)
+        self.weights = weights if weights is not None else load_model(self.model_path)
         cfg = self.cfg = self.weights.cfg
         self.policy_name, self.window_frames = policy, window_frames
         self.capacity = int(kv_capacity_tokens)
-        self.tokenizer = load_tokenizer(self.model_dir)
+        self.tokenizer = load_tokenizer(self.model_path)
         self.prompts = PromptBuilder(self.tokenizer, cfg.vocab_size, self.capacity, DEFAULT_SYSTEM_PROMPT,
-                                     system_prompt_ids(self.model_dir, cfg.vocab_size, tokenizer=self.tokenizer),
+                                     system_prompt_ids(self.model_path, cfg.vocab_size, tokenizer=self.tokenizer),
                                      instruction_template,
                                      max_instruction_tokens, action_tokens=cfg.action_tokens,
                                      state_tokens=cfg.state_tokens)

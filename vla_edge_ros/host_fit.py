@@ -36,10 +36,10 @@ class ChunkCost:
         return f"chunk p50 {self.p50_ms:.1f} ms, p90 {self.p90_ms:.1f} ms over {self.chunks} chunks"
 
 
-def measure_chunk(model_dir: str, kv_capacity_tokens: int, backend: str = "numpy", chunks: int = 10,
+def measure_chunk(model_path: str, kv_capacity_tokens: int, backend: str = "numpy", chunks: int = 10,
                   seed: int = 0) -> ChunkCost:
     """Time `chunks` chunks of the model on a full cache of `kv_capacity_tokens` slots."""
-    engine = Engine(model_dir, backend=backend, kv_capacity_tokens=kv_capacity_tokens)
+    engine = Engine(model_path, backend=backend, kv_capacity_tokens=kv_capacity_tokens)
     try:
         rng = np.random.default_rng(seed)
         frames = rng.integers(0, 256, (4, FRAME_H, FRAME_W, FRAME_C), dtype=np.uint8)

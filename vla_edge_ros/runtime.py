@@ -45,9 +45,9 @@ def engine_error_message(e: BaseException, model_path: str, backend: str, capaci
     VRAM plan of the model and the ceiling appended, so the reader sees what was asked for."""
     msg = f"cannot start the engine ({model_path}, backend {backend}): {type(e).__name__}: {e}"
     if "outofmemory" in type(e).__name__.lower() or "out of memory" in str(e).lower():
-        from .vram_plan import GIB, format_plan, plan_for_model_dir
+        from .vram_plan import GIB, format_plan, plan_for_model
 
-        plan = plan_for_model_dir(model_path, capacity)
+        plan = plan_for_model(model_path, capacity)
         if plan is not None:
             msg += (f"; VRAM plan at kv_capacity_tokens={capacity}: {format_plan(plan)} against the ceiling "
                     f"vram_ceiling_gb={ceiling_gb:g} ({ceiling_gb * GIB / 2**20:.0f} MiB): the device has less "

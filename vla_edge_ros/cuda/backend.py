@@ -45,7 +45,7 @@ import numpy as np
 from ..constants import ACTION_TOKENS, ACTION_VOCAB, FRAME_C, FRAME_H, FRAME_W, VISION_TOKENS
 from ..contract import BackendResult, PhaseTimings
 from ..model import ops
-from ..model.safetensors_io import bf16_to_f32, f32_to_bf16
+from ..model.safetensors_io import bf16_to_f32, f32_to_bf16, release_pages
 from ..model.weights import action_queries
 from ..vram_plan import (GIB, N_STAMPS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
                          check_vram_plan, in_layout, layout, out_layout, text_head_bytes)
@@ -156,6 +156,11 @@ class CudaBackend:
         st = w.vision.state
         if self.S:
             self.state_w = [cp.asarray(np.ascontiguousarray(a)) for a in (st.fc1_w, st.fc1_b, st.fc2_w, st.fc2_b)]
+        # Each host array was read once for its upload: a memory-mapped model's pages (a converted GGUF, a bf16
+        # safetensors file) leave this process; the rows embed_host gathers later fault back in one by one.
+        for a in (w.embed, w.norm, w.lm_head, *(t for lw in w.layers for t in lw.values())):
+            if isinstance(a, np.ndarray):
+                release_pages(a)
 
     def _allocate(self):
         cp = cupy

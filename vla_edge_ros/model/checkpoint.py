@@ -8,36 +8,73 @@ compressed-tensors 4-bit; GGUF dequantized to bf16), never a switch.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
 import stat
 from pathlib import Path
 
+from . import converted_cache
 from .config import ModelConfig
-from .gguf import config_from_gguf, is_gguf, load_gguf, vision_path
+from .gguf import config_from_gguf, hf_tensors, is_gguf, load_gguf, vision_path
+from .safetensors_io import ModelLoadError
+from .tokenizer import load_tokenizer, tokenizer_files
 from .weights import Weights, load_vision, load_weights, sidecar_action_keys
+
+log = logging.getLogger(__name__)
 
 
 def load_config(path) -> ModelConfig:
-    """The model's configuration, read from config.json or the GGUF metadata (no weight is loaded); a GGUF's action
-    decoding and chunk come from its vision sidecar's metadata (weights.sidecar_action_keys)."""
+    """The model's configuration, read from config.json or the GGUF metadata (no weight is loaded; a GGUF's
+    converted entry's config.json when it has one, without opening the GGUF reader); a GGUF's action decoding and
+    chunk come from its vision sidecar's metadata (weights.sidecar_action_keys)."""
     path = str(path)
     if _is_file_model(path):
-        return sidecar_action_keys(config_from_gguf(path), vision_path(path))
+        entry = converted_cache.lookup(path) if is_gguf(path) else None
+        base = ModelConfig.from_dir(entry) if entry else config_from_gguf(path)
+        return sidecar_action_keys(base, vision_path(path))
     return ModelConfig.from_dir(path)
 
 
 def load_model(path, keep_f32: bool = False) -> Weights:
-    """Every weight, validated (ModelLoadError: one line naming the file and tensor). `keep_f32` (GGUF only): keep
-    the dequantized float32 values instead of rounding to bf16 (the golden model's fidelity measurements)."""
+    """Every weight, validated (ModelLoadError: one line naming the file and tensor). A GGUF file loads from its
+    converted-weights entry (converted_cache: written at the first load, memory-mapped after). `keep_f32` (GGUF
+    only): the dequantized float32 values instead of bf16 (the golden model's fidelity measurements; not cached)."""
     path = str(path)
     if not _is_file_model(path):
         return load_weights(path)
-    cfg = sidecar_action_keys(config_from_gguf(path), vision_path(path))  # refuses bad keys before the dequantizing
-    w = load_gguf(path, keep_f32=keep_f32)
+    cfg = load_config(path)  # refuses bad sidecar keys before the dequantizing
+    entry = None if keep_f32 else converted_entry(path)
+    if entry is not None:
+        w = load_weights(entry, vision_file=vision_path(path))
+        w.path, w.files = path, [path]
+    else:
+        w = load_gguf(path, keep_f32=keep_f32)
     if cfg != w.cfg:  # a parallel GGUF model: its action queries are read for the sidecar's K
         w.cfg = cfg
         w.vision = load_vision(cfg, vision_path(path), w.embed)
     return w
+
+
+def converted_entry(path: str) -> str | None:
+    """The converted-weights entry of the GGUF at `path`, written now when there is none; None when the cache is
+    off or cannot be written, or when the file's tokenizer is broken (its loader reports that; the weights then
+    load in memory)."""
+    entry = converted_cache.lookup(path)
+    if entry is not None or converted_cache.cache_root() is None:
+        return entry
+    try:
+        tok = load_tokenizer(path)
+    except ModelLoadError:
+        return None
+    cfg, specs, arrays = hf_tensors(path)
+    files = {"config.json": json.dumps(cfg.to_hf_dict(), indent=1).encode("utf-8")}
+    if tok is not None:
+        files.update(tokenizer_files(tok))
+    entry = converted_cache.store(path, specs, arrays, files)
+    if entry is not None:
+        log.info("%s: converted once into %s (later starts memory-map it)", path, entry)
+    return entry
 
 
 def _is_file_model(path: str) -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 
 from .config import MAX_INT, ModelConfig
 from .safetensors_io import ModelLoadError, f32_to_bf16
-from .weights import Weights, layer_shapes, load_vision
+from .weights import LAYER_TENSORS, Weights, layer_shapes, weights_from_hf
 
 log = logging.getLogger(__name__)
 
@@ -266,31 +266,47 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+DEQUANT_BLOCK_ELEMENTS = 1 << 22  # values dequantized at once: the float32 temporaries stay ~16 MB a block
+
+
 def _dequantize(path: str, t, keep_f32: bool) -> np.ndarray:
+    """One tensor as bf16 bits (float32 with keep_f32), [out, in], dequantized a block of rows at a time so a
+    151,936-row embedding never has whole-tensor float32 temporaries (~4 of them in gguf.quants)."""
     import gguf
 
     kind = t.tensor_type.name
     if kind not in SUPPORTED_TYPES:
         raise ModelLoadError(path, f"block type {kind} is not supported (supported: {', '.join(SUPPORTED_TYPES)})",
                              t.name)
-    try:
-        if kind == "F32":
-            f = np.asarray(t.data, np.float32)
-        elif kind == "F16":
-            f = np.asarray(t.data).astype(np.float32)
-        else:
-            f = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-    except (ValueError, NotImplementedError, TypeError) as e:
-        raise ModelLoadError(path, f"cannot dequantize {kind} ({type(e).__name__}: {e})", t.name) from None
     rows = [int(d) for d in reversed(t.shape)]
-    f = np.ascontiguousarray(f, dtype=np.float32).reshape(rows)
-    if not np.isfinite(f).all():
-        raise ModelLoadError(path, "contains NaN or Inf", t.name)
-    return f if keep_f32 else f32_to_bf16(f)
+    data = np.asarray(t.data)
+    out = np.empty(rows, np.float32 if keep_f32 else np.uint16)
+    flat = out.reshape(rows[0], -1) if len(rows) > 1 else out.reshape(1, -1)
+    # rows of the stored data: the reader gives [rows, bytes of a row] (quantized) or [rows, columns] (floats)
+    blockwise = len(rows) == 2 and data.ndim == 2 and data.shape[0] == rows[0]
+    step = max(1, DEQUANT_BLOCK_ELEMENTS // max(1, flat.shape[1])) if blockwise else flat.shape[0]
+    for r in range(0, flat.shape[0], step):
+        part = data[r:r + step] if blockwise else data
+        try:
+            if kind == "F32":
+                f = np.asarray(part, np.float32)
+            elif kind == "F16":
+                f = np.asarray(part).astype(np.float32)
+            else:
+                f = gguf.quants.dequantize(part, t.tensor_type)
+        except (ValueError, NotImplementedError, TypeError) as e:
+            raise ModelLoadError(path, f"cannot dequantize {kind} ({type(e).__name__}: {e})", t.name) from None
+        f = np.ascontiguousarray(f, dtype=np.float32).reshape(-1, flat.shape[1])
+        if not np.isfinite(f).all():
+            raise ModelLoadError(path, "contains NaN or Inf", t.name)
+        flat[r:r + f.shape[0]] = f if keep_f32 else f32_to_bf16(f)
+    return out
 
 
-def load_gguf(path, keep_f32: bool = False):
-    """A GGUF file as `Weights` (bf16 bits; float32 arrays with keep_f32), every tensor checked."""
+def hf_tensors(path, keep_f32: bool = False):
+    """A GGUF file's transformer tensors under their HF names, checked before any is read: (config, specs
+    [(HF name, "BF16" | "F32", shape)], an iterator that dequantizes each tensor of `specs` in turn). One tensor is
+    in memory at a time (the converted-weights cache streams them to disk)."""
     path = str(path)
     if not os.path.isfile(path):
         raise ModelLoadError(path, "GGUF file not found")
@@ -312,17 +328,24 @@ def load_gguf(path, keep_f32: bool = False):
         if name in want and t.tensor_type.name not in SUPPORTED_TYPES:
             raise ModelLoadError(path, f"block type {t.tensor_type.name} is not supported (supported: "
                                        f"{', '.join(SUPPORTED_TYPES)})", name)
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+    if not cfg.tie_word_embeddings:
+        names["output.weight"] = "lm_head.weight"
+    for i in range(cfg.num_hidden_layers):
+        for short, name in GGUF_LAYER.items():
+            names[f"blk.{i}.{name}"] = f"model.layers.{i}.{LAYER_TENSORS[short]}"
+    dtype = "F32" if keep_f32 else "BF16"
+    specs = [(hf, dtype, want[g]) for g, hf in names.items()]
+    return cfg, specs, (_dequantize(path, tensors[g], keep_f32) for g in names)
 
-    def get(name):
-        return _dequantize(path, tensors[name], keep_f32)
 
-    layers = [{short: get(f"blk.{i}.{name}") for short, name in GGUF_LAYER.items()}
-              for i in range(cfg.num_hidden_layers)]
-    embed = get("token_embd.weight")
-    lm_head = None if cfg.tie_word_embeddings else get("output.weight")
-    vision = load_vision(cfg, vision_path(path), embed)
-    return Weights(cfg=cfg, embed=embed, norm=get("output_norm.weight"), layers=layers, vision=vision,
-                   lm_head=lm_head, path=path, files=[path])
+def load_gguf(path, keep_f32: bool = False):
+    """A GGUF file as `Weights` (bf16 bits; float32 arrays with keep_f32), every tensor checked, all in memory
+    (the converted-weights cache's fallback, and keep_f32's fidelity measurements)."""
+    path = str(path)
+    cfg, specs, arrays = hf_tensors(path, keep_f32)
+    t = {name: arr for (name, _, _), arr in zip(specs, arrays)}
+    return weights_from_hf(cfg, t, path, [path], vision_path(path))
 
 
 def vision_path(path: str) -> str:

@@ -121,24 +121,71 @@ def load_file(path, names=None, mmap=True) -> dict[str, tuple[str, np.ndarray]]:
 
 def save_file(tensors: dict[str, tuple[str, np.ndarray]], path, metadata: dict | None = None) -> None:
     """Write {name: (dtype_name, array)}; BF16 arrays are given as uint16 bits."""
-    header, pos = {}, 0
-    items = sorted(tensors.items())
-    for name, (dtype, arr) in items:
-        nbytes = arr.size * DTYPES[dtype][1]
+    for name, (dtype, arr) in tensors.items():
         if arr.dtype.itemsize != DTYPES[dtype][1]:
             raise ValueError(f"tensor {name}: array dtype {arr.dtype} cannot hold {dtype}")
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [pos, pos + nbytes]}
+    specs = [(name, dtype, arr.shape) for name, (dtype, arr) in sorted(tensors.items())]
+    write_tensors(path, specs, (tensors[name][1] for name, _, _ in specs), metadata)
+
+
+def write_tensors(path, specs, arrays, metadata: dict | None = None) -> None:
+    """Write a safetensors file from `specs` [(name, dtype_name, shape)] and `arrays`, an iterable that yields each
+    tensor's array in the same order: the header is known from the shapes, so one tensor at a time is in memory
+    (the converted-weights cache streams a whole model through here). Written beside `path` and renamed: a crash
+    mid-write never leaves a half file behind."""
+    header, pos = {}, 0
+    for name, dtype, shape in specs:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1] if shape else DTYPES[dtype][1]
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in shape], "data_offsets": [pos, pos + nbytes]}
         pos += nbytes
     header["__metadata__"] = {"format": "pt", **(metadata or {})}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the format asks for 8-byte alignment of the data
-    tmp = str(path) + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for _, (_, arr) in items:
-            f.write(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-    os.replace(tmp, path)  # a crash mid-write never leaves a half model behind
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for (name, dtype, shape), arr in zip(specs, arrays):
+                arr = np.ascontiguousarray(arr)
+                if tuple(arr.shape) != tuple(shape) or arr.dtype.itemsize != DTYPES[dtype][1]:
+                    raise ValueError(f"tensor {name}: array {arr.dtype} {list(arr.shape)} is not the {dtype} "
+                                     f"{list(shape)} the header says")
+                f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+            if f.tell() != 8 + len(blob) + pos:
+                raise ValueError(f"{path}: fewer tensors than the header names")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def release_pages(arr) -> None:
+    """Drop the resident pages of `arr` from this process when it is a view of a read-only memory map (a
+    safetensors file opened by load_file): they stay in the page cache, and a later read faults them back in.
+    The golden model and the CUDA upload read a whole memory-mapped model once; without this those pages would
+    count in the process's memory as long as the map lives. Anything else (an array in memory): no-op."""
+    import mmap
+
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    mm = getattr(base, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    try:
+        start = arr.__array_interface__["data"][0] - np.frombuffer(mm, np.uint8, count=1).__array_interface__["data"][0]
+    except (ValueError, TypeError):  # a closed or empty map
+        return
+    page = mmap.PAGESIZE
+    first, last = -(-start // page) * page, (start + arr.nbytes) // page * page
+    if 0 <= first < last <= len(mm):  # whole pages only: a page shared with a neighbour stays
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, first, last - first)
+        except (OSError, ValueError):
+            pass
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 from .chat_template import MAX_RENDER_CHARS, RENDER_BUDGET_S, RENDER_START_S, TemplateRefused, renderer
+from .converted_cache import lookup
 from .gguf import _bytes_to_unicode, is_gguf
 from .safetensors_io import ModelLoadError
 
@@ -61,7 +62,16 @@ class TextTokenizer:
         return renderer().render(self.chat_template, context, budget_s, MAX_RENDER_CHARS, start_s)
 
 
-def _from_tokenizer_json(model_dir: str) -> TextTokenizer:
+def tokenizer_files(tok: TextTokenizer) -> dict[str, bytes]:
+    """`tok` as the files of an HF model directory (tokenizer.json, tokenizer_config.json with the chat template and
+    the bos / eos tokens): what the converted-weights cache stores for a GGUF, read back by _from_tokenizer_json."""
+    cfg = {"chat_template": tok.chat_template, "eos_token": tok.eos_token, "bos_token": tok.bos_token}
+    return {"tokenizer.json": tok.tok.to_str().encode("utf-8"),
+            "tokenizer_config.json": json.dumps({k: v for k, v in cfg.items() if v is not None}).encode("utf-8")}
+
+
+def _from_tokenizer_json(model_dir: str, source: str | None = None) -> TextTokenizer:
+    """The tokenizer of an HF model directory; `source`: the name messages give it (default its tokenizer.json)."""
     from tokenizers import Tokenizer
 
     path = os.path.join(model_dir, "tokenizer.json")
@@ -88,7 +98,8 @@ def _from_tokenizer_json(model_dir: str) -> TextTokenizer:
     if rows is not None:
         check_tokenizer_fits(path, tok.get_vocab_size(with_added_tokens=True), rows)
     eos_ids = tuple(i for i in (tok.token_to_id(t) for t in (eos, "<|im_end|>", "<|endoftext|>") if t) if i is not None)
-    return TextTokenizer(tok, path, _bounded_template(template), tuple(dict.fromkeys(eos_ids)), bos, eos, specials)
+    return TextTokenizer(tok, source or path, _bounded_template(template), tuple(dict.fromkeys(eos_ids)), bos, eos,
+                         specials)
 
 
 def _config_rows(model_dir: str) -> int | None:
@@ -111,6 +122,14 @@ def _token_text(v):
 
 def _bounded_template(t):
     return t if isinstance(t, str) and 0 < len(t) <= MAX_TEMPLATE_CHARS else None
+
+
+def build_gguf_tokenizer(path: str) -> TextTokenizer | None:
+    """The tokenizer a GGUF file's metadata describes, from the file itself (None: it has none)."""
+    try:
+        return _from_gguf(path)
+    except LookupError:
+        return None
 
 
 def _from_gguf(path: str) -> TextTokenizer:
@@ -249,10 +268,11 @@ def load_tokenizer(path) -> TextTokenizer | None:
 
 def _build_tokenizer(path: str) -> TextTokenizer | None:
     if is_gguf(path):
-        try:
-            return _from_gguf(path)
-        except LookupError:
-            return None
+        entry = lookup(path)  # the GGUF's converted entry holds its tokenizer (or, without the files, it has none)
+        if entry is not None:
+            has = os.path.isfile(os.path.join(entry, "tokenizer.json"))
+            return _from_tokenizer_json(entry, source=path) if has else None
+        return build_gguf_tokenizer(path)
     if os.path.isfile(os.path.join(path, "tokenizer.json")):
         return _from_tokenizer_json(path)
     return None

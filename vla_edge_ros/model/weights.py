@@ -25,7 +25,7 @@ import numpy as np
 from ..constants import ACTION_VOCAB, GROUP_SIZE, PATCH_DIM, VISION_TOKENS
 from .config import ACTION_KEYS, QUANT_SUPPORTED, STATE_KEYS, ModelConfig, parse_action_keys, parse_state_keys
 from .quant import PACK, QuantTensor, from_awq, from_compressed
-from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, read_header
+from .safetensors_io import ModelLoadError, bf16_to_f32, f32_to_bf16, load_file, read_header, release_pages
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ ACTION_QUERIES = "action_queries"  # [K x 8, H] in vision.safetensors: the actio
 # [-1, 1]); S = vla_state_dim. The bounds stay float32: bf16 would move a normalized value by up to ~1 %.
 STATE_PREFIX = "state_projector."
 STATE_SEED = VISION_SEED + 1
+CHECK_BLOCK = 1 << 22  # values checked for NaN / Inf at once
 QUANT_PARTS = {"awq": ("qweight", "qzeros", "scales"),
                "compressed-tensors": ("weight_packed", "weight_scale", "weight_shape", "weight_zero_point")}
 
@@ -167,8 +168,12 @@ class Weights:
 def _to_bf16(path, name, dtype, arr, check_finite) -> np.ndarray:
     if dtype == "BF16":
         bits = np.asarray(arr)
-        if check_finite and ((bits & 0x7F80) == 0x7F80).any():  # exponent all ones: Inf or NaN
-            raise ModelLoadError(path, "contains NaN or Inf", name)
+        if check_finite:
+            flat = bits.reshape(-1)
+            for i in range(0, flat.size, CHECK_BLOCK):  # a block at a time: no tensor-sized temporaries
+                if ((flat[i:i + CHECK_BLOCK] & 0x7F80) == 0x7F80).any():  # exponent all ones: Inf or NaN
+                    raise ModelLoadError(path, "contains NaN or Inf", name)
+            release_pages(bits)  # read once to check: a memory-mapped file's pages need not stay in this process
         return bits
     if dtype in ("F32", "F16"):
         f = np.asarray(arr, dtype=np.float32)
@@ -376,7 +381,9 @@ def _build_quant(cfg, raw, prefix, shape, check_finite) -> QuantTensor:
     return from_compressed(raw[f"{prefix}.weight_packed"][2], s, None if zp is None else zp[2], shape, sdt)
 
 
-def load_weights(path, check_finite: bool = True) -> Weights:
+def load_weights(path, check_finite: bool = True, vision_file: str | None = None) -> Weights:
+    """An HF-layout model directory's weights, every tensor checked; `vision_file`: the vision projector's file
+    (default the directory's vision.safetensors; a converted GGUF's cache entry names the sidecar of the GGUF)."""
     path = str(path)
     if not os.path.isdir(path):
         raise ModelLoadError(path, "model directory not found")
@@ -398,21 +405,23 @@ def load_weights(path, check_finite: bool = True) -> Weights:
                 prefix = f"model.layers.{i}.{LAYER_TENSORS[short]}"[:-len(".weight")]
                 quant_parts.update(_quant_expected(cfg, files_by_name, prefix, shapes[short]))
         raw = _load_raw(cfg, files_by_name, quant_parts)
-    layers = []
     for i in range(cfg.num_hidden_layers):
-        layer = {}
-        for short, suffix in LAYER_TENSORS.items():
-            name = f"model.layers.{i}.{suffix}"
-            if cfg.quant is not None and short in LINEARS:
-                layer[short] = _build_quant(cfg, raw, name[:-len(".weight")], shapes[short], check_finite)
-            else:
-                layer[short] = t[name]
-        layers.append(layer)
+        for short in LINEARS if cfg.quant is not None else ():
+            name = f"model.layers.{i}.{LAYER_TENSORS[short]}"
+            t[name] = _build_quant(cfg, raw, name[:-len(".weight")], shapes[short], check_finite)
+    return weights_from_hf(cfg, t, path, sorted(set(files_by_name.values())),
+                           vision_file or os.path.join(path, VISION_FILE), check_finite)
+
+
+def weights_from_hf(cfg: ModelConfig, t: dict, path: str, files: list[str], vpath: str,
+                    check_finite: bool = True) -> Weights:
+    """`Weights` from the transformer's tensors under their HF names (`t`) and the vision projector at `vpath`."""
+    layers = [{short: t[f"model.layers.{i}.{suffix}"] for short, suffix in LAYER_TENSORS.items()}
+              for i in range(cfg.num_hidden_layers)]
     embed = t["model.embed_tokens.weight"]
-    vision = load_vision(cfg, os.path.join(path, VISION_FILE), embed, check_finite)
-    return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers,
-                   vision=vision, lm_head=t.get("lm_head.weight"), path=path,
-                   files=sorted(set(files_by_name.values())))
+    vision = load_vision(cfg, vpath, embed, check_finite)
+    return Weights(cfg=cfg, embed=embed, norm=t["model.norm.weight"], layers=layers, vision=vision,
+                   lm_head=t.get("lm_head.weight"), path=path, files=files)
 
 
 def load_vision(cfg: ModelConfig, vpath: str, embed: np.ndarray, check_finite: bool = True) -> VisionWeights:

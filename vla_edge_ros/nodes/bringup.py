@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     thread.start()
     try:
         while not stop.wait(0.2):
-            if not thread.is_alive():
+            if not thread.is_alive() and not stop.is_set():  # a start-up failure sets stop, then the thread ends
                 print("vla_edge: the executor thread stopped unexpectedly", file=sys.stderr, flush=True)
                 break
             camera.poll()

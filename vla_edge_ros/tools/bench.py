@@ -216,7 +216,7 @@ def bench_settings(args, policy: str) -> ReasoningSettings:
                                               reprobe_after_s=args.probe_after * args.period_ms / 1000.0))
 
 
-def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
+def run_policy(args, weights, model_path: str, policy: str, frames: np.ndarray, embeddings: np.ndarray,
                progress, verdicts: list | None = None, states: ClipStates | None = None) -> tuple[dict, dict]:
     """One policy on one clip: `Runtime.step` every period, as the node's timer calls it (the last guard and the
     command limits included), the "publish" only an instant. Returns (metrics for report.json, raw series for the
@@ -226,7 +226,7 @@ def run_policy(args, weights, model_dir: str, policy: str, frames: np.ndarray, e
     fb = FrameBuffer()
     stats = CycleStats(window=10**7)  # keep every sample: percentiles over the whole run
     # as the node: the same assembly (warm-up on the worker thread, EMAs seeded, collector settled and frozen)
-    rt = Runtime.build(model_dir, settings, fb, weights=weights, stats=stats, seed=args.seed, vram_interval_s=0.05,
+    rt = Runtime.build(model_path, settings, fb, weights=weights, stats=stats, seed=args.seed, vram_interval_s=0.05,
                        admission_class=AdmitAll if args.admit_all else AdmissionController,
                        warn=lambda msg: print(f"vla-edge-bench: {msg}", file=sys.stderr, flush=True))
     feed = None
@@ -377,10 +377,10 @@ def quality_report(gate: QualityGate | None, verdicts: list | None) -> dict:
             "first_refused_frame": refused[0] if refused else None}
 
 
-def model_labels(model_dirs: list[str], all_weights) -> list[str]:
+def model_labels(model_paths: list[str], all_weights) -> list[str]:
     """Short, distinct labels for the models of one bench run: directory name + weights / decoding."""
     labels = []
-    for d, w in zip(model_dirs, all_weights):
+    for d, w in zip(model_paths, all_weights):
         kind = w.cfg.weight_format + ("-parallel" if w.cfg.parallel else "")
         label = f"{os.path.basename(os.path.normpath(d))}[{kind}]"
         while label in labels:
