@@ -22,7 +22,7 @@ run() {  # $1: label; rest: environment for the run
   printf '%-28s wall %6.1f s   peak RSS %5.2f GB   text %s\n' "$label" "$wall" "$(echo "$kb / 1048576" | bc -l)" \
     "$(tr '\n' ' ' < "$cache/out.txt" | cut -c1-60)"
 }
-echo "footprint: $model on $(nproc) cores, tree $tree ($(git -C "$tree" rev-parse --short HEAD 2>/dev/null || echo archive))"
+echo "footprint: $model on $(getconf _NPROCESSORS_ONLN) cores, tree $tree ($(git -C "$tree" rev-parse --short HEAD 2>/dev/null || echo archive))"
 run "first start (empty cache)" VLA_EDGE_CONVERTED_CACHE="$cache/c"
 run "second start (cached)" VLA_EDGE_CONVERTED_CACHE="$cache/c"
 run "third start (cached)" VLA_EDGE_CONVERTED_CACHE="$cache/c"
