@@ -25,7 +25,7 @@ from vla_edge_ros.clips import IMAGE_T, Counters
 from vla_edge_ros.synthetic_bag import make_test_bag
 from vla_edge_ros.tools import replay as R
 from vla_edge_ros.model.generate import make_model
-from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model_dir, vram_plan
+from vla_edge_ros.vram_plan import GIB, VramPlanError, check_vram_plan, plan_for_model, vram_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,9 +185,9 @@ def test_plan_over_the_ceiling_names_the_plan_and_the_ceiling():
 
 
 def test_plan_for_a_model_dir(tiny):
-    plan = plan_for_model_dir(tiny, 512)
+    plan = plan_for_model(tiny, 512)
     assert plan == vram_plan(ModelConfig.from_dir(tiny), 512)
-    assert plan_for_model_dir("/nonexistent", 512) is None
+    assert plan_for_model("/nonexistent", 512) is None
 
 
 def test_out_of_memory_start_up_message_names_the_plan(tiny):
