@@ -24,6 +24,9 @@
 #   actround dev/fidelity/act_rounding.py on PRESET's awq-parallel and bf16-parallel (models first): the CPU twin of
 #          the engine's 16-bit rounding points against the exact golden model, 8 runs of fp32-level noise each, and
 #          the 4-bit kind's GEMM inputs in fp16 (issue 41)                               -> $OUT/actround_<kind>.json
+#   hostrss the node's core (Runtime.build: checks, engine, warm-up; bench/host_rss_gpu.py) per kind in RSS_KINDS
+#          (default "bf16 awq") of PRESET: host RSS after warm-up and the seconds to ready (issue 42)
+#                                                                                          -> $OUT/rss_<preset>_<kind>.json
 #   bench  chunk_bench per kind in KINDS (CHUNKS chunks; BREAKDOWN=1 adds the leave-one-out breakdowns)
 #                                                                                          -> $OUT/cb_<kind>.json
 #   sms    chunk_bench confined to SMS (default "8 16") SMs by a green context, kinds in SMS_KINDS
@@ -79,6 +82,12 @@ for step in ${STEPS:-tests models bench peers}; do
       [ "$k" = awq-parallel ] && v=$v,gemm-in-fp16,gemm-in-fp16@1,gemm-in-fp16@2,gemm-in-fp16@3
       OPENBLAS_NUM_THREADS=8 timeout 300 $PY dev/fidelity/act_rounding.py --model "$M/$k" --variants "$v" \
         --json "$OUT/actround_${PRESET}_$k.json" 2>&1 | grep -E "RESULT|Error"
+    done ;;
+  hostrss)
+    for k in ${RSS_KINDS:-bf16 awq}; do
+      say "host RSS and start of $k ($PRESET; bench/host_rss_gpu.py)"
+      timeout 200 $PY bench/host_rss_gpu.py --model "$M/$k" --json "$OUT/rss_${PRESET}_$k.json" 2>&1 \
+        | grep -E "RESULT|Error|error"
     done ;;
   bench)
     for k in $KINDS; do

@@ -26,9 +26,8 @@ from .kv_cache import KvCache
 from .eviction import make_policy
 from .gpu import cuda_available
 from .instruction import InstructionError, PromptBuilder
-from .model.checkpoint import load_config, load_model
+from .model.checkpoint import Checkpoint
 from .model import ops
-from .model.tokenizer import load_tokenizer
 from .model.weights import Weights
 from .realtime import set_realtime_priority
 
@@ -74,16 +73,16 @@ def make_backend(name: str, weights: Weights, capacity: int, vram_ceiling_gb: fl
     return ReferenceModel(weights, capacity)
 
 
-def system_prompt_ids(model_path: str, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS, tokenizer=False) -> np.ndarray:
+def system_prompt_ids(model, vocab_size: int, n: int = DEFAULT_PROMPT_TOKENS) -> np.ndarray:
     """Token ids of the pinned system prompt when no instruction is given.
 
-    With the checkpoint's tokenizer (tokenizer.json, or a GGUF file's vocabulary; `tokenizer` when the caller has it
-    loaded, None for none) the default prompt text is encoded; a generated model has none, so a fixed, deterministic
-    id sequence stands in. Either way the ids avoid the action range and the start token.
+    With the tokenizer of `model` (a Checkpoint or a model path; tokenizer.json, or a GGUF file's vocabulary) the
+    default prompt text is encoded; a generated model has none, so a fixed, deterministic id sequence stands in.
+    Either way the ids avoid the action range and the start token.
     """
     limit = vocab_size - ACTION_VOCAB - 1
     try:
-        tok = load_tokenizer(model_path) if tokenizer is False else tokenizer
+        tok = Checkpoint.of(model).tokenizer
         ids = [i for i in tok.encode(DEFAULT_SYSTEM_PROMPT) if i < limit] if tok is not None else []
         if ids:
             return np.asarray(ids, np.int32)
@@ -92,10 +91,12 @@ def system_prompt_ids(model_path: str, vocab_size: int, n: int = DEFAULT_PROMPT_
     return ((np.arange(n, dtype=np.int64) * 7919 + 11) % limit).astype(np.int32)
 
 
-def prompt_length(model_path: str) -> int:
-    """Tokens of the system prompt `model_path` gets (0 when its config cannot be read: loading reports that)."""
+def prompt_length(model) -> int:
+    """Tokens of the system prompt `model` (a Checkpoint or a model path) gets (0 when its config cannot be read:
+    loading reports that)."""
+    checkpoint = Checkpoint.of(model)
     try:
-        return int(len(system_prompt_ids(model_path, load_config(model_path).vocab_size)))
+        return int(len(system_prompt_ids(checkpoint, checkpoint.config.vocab_size)))
     except Exception:  # noqa: BLE001 - unreadable model: the engine reports it with details
         return 0
 
@@ -120,14 +121,15 @@ class Engine:
                  vram_ceiling_gb: float = VRAM_CEILING_GB,
                  weights: Weights | None = None, instruction: str = "", instruction_template: str = "auto",
                  max_instruction_tokens: int = 256):
-        self.model_path = str(model_path)
-        self.weights = weights if weights is not None else load_model(self.model_path)
+        self.checkpoint = Checkpoint.of(model_path)  # a path, or the Checkpoint the caller opened (read once)
+        self.model_path = self.checkpoint.path
+        self.weights = weights if weights is not None else self.checkpoint.weights
         cfg = self.cfg = self.weights.cfg
         self.policy_name, self.window_frames = policy, window_frames
         self.capacity = int(kv_capacity_tokens)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = self.checkpoint.tokenizer
         self.prompts = PromptBuilder(self.tokenizer, cfg.vocab_size, self.capacity, DEFAULT_SYSTEM_PROMPT,
-                                     system_prompt_ids(self.model_path, cfg.vocab_size, tokenizer=self.tokenizer),
+                                     system_prompt_ids(self.checkpoint, cfg.vocab_size),
                                      instruction_template,
                                      max_instruction_tokens, action_tokens=cfg.action_tokens,
                                      state_tokens=cfg.state_tokens)

@@ -30,6 +30,7 @@ from .diagnostics import LoopRecord, loop_record
 from .frame_buffer import FrameBuffer
 from .instruction import InstructionError, summary
 from .metrics import VramSampler
+from .model.checkpoint import Checkpoint
 from .robot_state import StateBuffer, model_mapper, synthetic_state
 from .kv_cache import min_capacity
 
@@ -40,14 +41,15 @@ class StartupError(RuntimeError):
     """The loop cannot start (model, engine, warm-up, VRAM plan): one clear message."""
 
 
-def engine_error_message(e: BaseException, model_path: str, backend: str, capacity: int, ceiling_gb: float) -> str:
-    """The one start-up message for an engine that cannot start. A device out-of-memory error gets the
-    VRAM plan of the model and the ceiling appended, so the reader sees what was asked for."""
-    msg = f"cannot start the engine ({model_path}, backend {backend}): {type(e).__name__}: {e}"
+def engine_error_message(e: BaseException, model, backend: str, capacity: int, ceiling_gb: float) -> str:
+    """The one start-up message for an engine that cannot start (`model`: a Checkpoint or a model path). A device
+    out-of-memory error gets the VRAM plan of the model and the ceiling appended, so the reader sees what was asked
+    for."""
+    msg = f"cannot start the engine ({model}, backend {backend}): {type(e).__name__}: {e}"
     if "outofmemory" in type(e).__name__.lower() or "out of memory" in str(e).lower():
         from .vram_plan import GIB, format_plan, plan_for_model
 
-        plan = plan_for_model(model_path, capacity)
+        plan = plan_for_model(model, capacity)
         if plan is not None:
             msg += (f"; VRAM plan at kv_capacity_tokens={capacity}: {format_plan(plan)} against the ceiling "
                     f"vram_ceiling_gb={ceiling_gb:g} ({ceiling_gb * GIB / 2**20:.0f} MiB): the device has less "
@@ -154,9 +156,10 @@ class Runtime:
         against the model's prompt among them: checked before anything is allocated), StartupError (one line) when
         the model or the engine cannot start, WarmupInterrupted when `should_stop()` turns true between warm-up
         chunks."""
-        model_path = resolve_model(model_path, settings)
+        checkpoint = resolve_model(model_path, settings)  # opened once: the engine reads what the checks read
+        model_path = checkpoint.path
         s = settings
-        engine = _make_engine(engine_factory, model_path, s, weights)
+        engine = _make_engine(engine_factory, checkpoint, s, weights)
         try:
             if fault_file:
                 _install_fault(engine, fault_file)
@@ -420,10 +423,11 @@ class Runtime:
                 pass
 
 
-def resolve_model(model_path: str | None, settings) -> str:
-    """The model a runtime loads, after every start-up check of `settings` (settings.validate_reasoning; ParamError,
-    one line): `model_path`, else the settings' own, else (make_tiny_model) the generated tiny model; then the KV
-    capacity against that model's prompt (settings.check_capacity), before any allocation."""
+def resolve_model(model_path: str | None, settings) -> Checkpoint:
+    """The model a runtime loads, opened (a Checkpoint), after every start-up check of `settings`
+    (settings.validate_reasoning; ParamError, one line): `model_path`, else the settings' own, else (make_tiny_model)
+    the generated tiny model; then the KV capacity against that model's prompt (settings.check_capacity), before any
+    allocation."""
     from .cache import generated_model
     from .engine import prompt_length
     from .settings import validate_reasoning
@@ -433,34 +437,32 @@ def resolve_model(model_path: str | None, settings) -> str:
         values["model_path"] = model_path
     values = validate_reasoning(values)
     path = values["model_path"] or generated_model("tiny", 0)  # validate_reasoning: empty only with make_tiny_model
-    chunk, state_tokens = model_action_chunk(path), model_state_tokens(path)
-    validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(path),
+    checkpoint = Checkpoint(path)
+    chunk, state_tokens = model_action_chunk(checkpoint), model_state_tokens(checkpoint)
+    validate_reasoning(dict(values, model_path=path), prompt_tokens=prompt_length(checkpoint),
                        action_tokens=ACTION_TOKENS * chunk, state_tokens=state_tokens)
     problems = check_plan_settings(values["chunk_execute"], values["chunk_blend"], values["chunk_blend_weight"], chunk)
     if problems:
         from .settings import ParamError
 
         raise ParamError("; ".join(problems))
-    return path
+    return checkpoint
 
 
-def model_action_chunk(path: str) -> int:
-    """The actions a chunk of the model at `path` plans (its vla_action_chunk; 1 when its config cannot be read:
-    loading reports that)."""
-    from .model.checkpoint import load_config
-
+def model_action_chunk(model) -> int:
+    """The actions a chunk of `model` (a Checkpoint or a model path) plans (its vla_action_chunk; 1 when its config
+    cannot be read: loading reports that)."""
     try:
-        return int(getattr(load_config(path), "action_chunk", 1))
+        return int(getattr(Checkpoint.of(model).config, "action_chunk", 1))
     except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
         return 1
 
 
-def model_state_tokens(path: str) -> int:
-    """The state token of the model at `path` (1 with a state input, else 0; 0 when its config cannot be read)."""
-    from .model.checkpoint import load_config
-
+def model_state_tokens(model) -> int:
+    """The state token of `model` (a Checkpoint or a model path: 1 with a state input, else 0; 0 when its config
+    cannot be read)."""
     try:
-        return int(getattr(load_config(path), "state_tokens", 0))
+        return int(getattr(Checkpoint.of(model).config, "state_tokens", 0))
     except Exception:  # noqa: BLE001 - an unreadable model: the engine reports it with details
         return 0
 
@@ -488,7 +490,7 @@ def engine_action_chunk(engine) -> int:
     return int(getattr(engine, "action_chunk", 1) or 1)
 
 
-def _make_engine(factory, model_path: str, s, weights):
+def _make_engine(factory, checkpoint: Checkpoint, s, weights):
     kwargs = dict(backend=s.backend, kv_capacity_tokens=s.kv_capacity_tokens, policy=s.policy,
                   window_frames=s.window_frames, action_low=s.action_low, action_high=s.action_high,
                   vram_ceiling_gb=s.vram_ceiling_gb, instruction=s.instruction,
@@ -498,9 +500,9 @@ def _make_engine(factory, model_path: str, s, weights):
     try:
         if factory is None:
             from .engine import Engine as factory
-        return factory(model_path, **kwargs)
+        return factory(checkpoint, **kwargs)
     except Exception as e:  # noqa: BLE001 - model load, plan over the VRAM ceiling, no GPU for cuda...
-        raise StartupError(engine_error_message(e, model_path, s.backend, s.kv_capacity_tokens,
+        raise StartupError(engine_error_message(e, checkpoint, s.backend, s.kv_capacity_tokens,
                                                 s.vram_ceiling_gb)) from e
 
 

@@ -246,12 +246,12 @@ def check_vram_plan(plan: dict[str, int], ceiling_gb: float, capacity: int | Non
     return plan
 
 
-def plan_for_model(model_path: str, capacity: int, sms: int = H100_SMS) -> dict[str, int] | None:
-    """The plan of a model's config (an HF directory or a GGUF file, read as model/checkpoint.py reads it; None when
-    it cannot be read)."""
+def plan_for_model(model, capacity: int, sms: int = H100_SMS) -> dict[str, int] | None:
+    """The plan of a model's config (`model`: a model/checkpoint.py Checkpoint, whose config is read once, or an HF
+    directory or GGUF file path; None when it cannot be read)."""
     try:
-        from .model.checkpoint import load_config
+        from .model.checkpoint import Checkpoint
 
-        return vram_plan(load_config(model_path), capacity, sms=sms)
+        return vram_plan(Checkpoint.of(model).config, capacity, sms=sms)
     except Exception:  # noqa: BLE001 - the engine reports an unreadable model with details
         return None

@@ -22,6 +22,58 @@ from .tokenizer import load_tokenizer, tokenizer_files
 from .weights import Weights, load_vision, load_weights, sidecar_action_keys
 
 log = logging.getLogger(__name__)
+_UNREAD = object()  # a Checkpoint's field not read yet (None is a value: a model without a tokenizer)
+
+
+class Checkpoint:
+    """A model on disk, opened once per start and handed to everything that reads it (the runtime's start-up checks,
+    the engine, the tools, the VRAM plan): its config, weights and tokenizer are each read on first use and kept, so
+    a start reads each once. `os.fspath(checkpoint)` is its path, so code that takes a model path takes it too."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self._config = self._weights = self._tokenizer = _UNREAD
+
+    @classmethod
+    def of(cls, model) -> "Checkpoint":
+        """`model` itself when it is a Checkpoint, else a new one of that path."""
+        return model if isinstance(model, cls) else cls(model)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r})"
+
+    @property
+    def config(self) -> ModelConfig:
+        """load_config's result (the weights' own once they are loaded: the same values)."""
+        if self._config is _UNREAD:
+            self._config = self._weights.cfg if self._weights is not _UNREAD else load_config(self.path)
+        return self._config
+
+    @property
+    def weights(self) -> Weights:
+        """load_model's result, read at the first use."""
+        if self._weights is _UNREAD:
+            self._weights = load_model(self.path, config=None if self._config is _UNREAD else self._config,
+                                       tokenizer=self._tokenizer)
+            self._config = self._weights.cfg
+        return self._weights
+
+    @property
+    def tokenizer(self):
+        """load_tokenizer's result (None: the model has none; ModelLoadError: it has a broken one)."""
+        if self._tokenizer is _UNREAD:
+            self._tokenizer = load_tokenizer(self.path)
+        return self._tokenizer
+
+    def release_weights(self) -> None:
+        """Forget the weights (an engine that holds them keeps its own reference; the config stays)."""
+        self._weights = _UNREAD
 
 
 def load_config(path) -> ModelConfig:
@@ -36,15 +88,17 @@ def load_config(path) -> ModelConfig:
     return ModelConfig.from_dir(path)
 
 
-def load_model(path, keep_f32: bool = False) -> Weights:
+def load_model(path, keep_f32: bool = False, config: ModelConfig | None = None, tokenizer=_UNREAD) -> Weights:
     """Every weight, validated (ModelLoadError: one line naming the file and tensor). A GGUF file loads from its
     converted-weights entry (converted_cache: written at the first load, memory-mapped after). `keep_f32` (GGUF
-    only): the dequantized float32 values instead of bf16 (the golden model's fidelity measurements; not cached)."""
+    only): the dequantized float32 values instead of bf16 (the golden model's fidelity measurements; not cached).
+    `config` / `tokenizer`: load_config's / load_tokenizer's results when the caller has read them (a GGUF's are
+    then not read again)."""
     path = str(path)
     if not _is_file_model(path):
         return load_weights(path)
-    cfg = load_config(path)  # refuses bad sidecar keys before the dequantizing
-    entry = None if keep_f32 else converted_entry(path)
+    cfg = config if config is not None else load_config(path)  # refuses bad sidecar keys before the dequantizing
+    entry = None if keep_f32 else converted_entry(path, tokenizer)
     if entry is not None:
         w = load_weights(entry, vision_file=vision_path(path))
         w.path, w.files = path, [path]
@@ -56,7 +110,7 @@ def load_model(path, keep_f32: bool = False) -> Weights:
     return w
 
 
-def converted_entry(path: str) -> str | None:
+def converted_entry(path: str, tokenizer=_UNREAD) -> str | None:
     """The converted-weights entry of the GGUF at `path`, written now when there is none; None when the cache is
     off or cannot be written, or when the file's tokenizer is broken (its loader reports that; the weights then
     load in memory)."""
@@ -64,7 +118,7 @@ def converted_entry(path: str) -> str | None:
     if entry is not None or converted_cache.cache_root() is None:
         return entry
     try:
-        tok = load_tokenizer(path)
+        tok = load_tokenizer(path) if tokenizer is _UNREAD else tokenizer
     except ModelLoadError:
         return None
     cfg, specs, arrays = hf_tensors(path)

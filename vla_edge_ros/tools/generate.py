@@ -118,16 +118,17 @@ def main(argv=None) -> int:
             ap.error(why)
 
     from ..model.chat_template import TemplateRefused
-    from ..model.checkpoint import check_model_path, load_config, load_model
+    from ..model.checkpoint import Checkpoint, check_model_path
     from ..model.safetensors_io import ModelLoadError
-    from ..model.tokenizer import load_tokenizer, tokenizer_problem
+    from ..model.tokenizer import tokenizer_problem
 
     problem = check_model_path(a.model)
     if problem:
         return fail("vla-edge-generate", problem, 3)
     try:
-        cfg = load_config(a.model)  # the context and the shapes, before any weight is read
-        tok = load_tokenizer(a.model)
+        checkpoint = Checkpoint(a.model)  # opened once: config, tokenizer, then the weights
+        cfg = checkpoint.config  # the context and the shapes, before any weight is read
+        tok = checkpoint.tokenizer
         if a.prompt is not None:
             if tok is None:
                 return fail("vla-edge-generate", f"{tokenizer_problem(a.model)}: use --prompt-ids", 3)
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
         why = context_problem(cfg, len(prompt_ids), a.tokens, backend)
         if why:
             ap.error(why)
-        weights = load_model(a.model)
+        weights = checkpoint.weights
     except (ModelLoadError, TemplateRefused) as e:  # a bad file, or its chat template over a bound: the model's fault
         return fail("vla-edge-generate", str(e), 3)
     except ValueError as e:

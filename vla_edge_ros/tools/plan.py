@@ -105,7 +105,7 @@ def _fmt_bytes(b: float) -> str:
 def make_plan(a) -> dict:
     """Everything the tool prints, as plain data (EdgeError / ModelLoadError on bad input)."""
     from ..engine import system_prompt_ids
-    from ..model.checkpoint import load_config
+    from ..model.checkpoint import Checkpoint
     from ..vram_plan import cuda_shape_problems, vram_plan
 
     from ..admission import budget_problem
@@ -128,10 +128,11 @@ def make_plan(a) -> dict:
         _check_out(a.json)
     if not os.path.exists(a.model):
         raise edge.EdgeError(f"{a.model}: model directory not found")
-    cfg = load_config(a.model)
+    checkpoint = Checkpoint(a.model)
+    cfg = checkpoint.config
     prompt = a.prompt_tokens
     if prompt is None:
-        prompt = int(len(system_prompt_ids(a.model, cfg.vocab_size)))
+        prompt = int(len(system_prompt_ids(checkpoint, cfg.vocab_size)))
     if prompt < 0:
         raise edge.EdgeError(f"--prompt-tokens {prompt} must be >= 0")
     problem = capacity_problem(a.capacity, prompt, label=f"--capacity {a.capacity}",
