@@ -29,7 +29,7 @@ setup(
         # the checkpoint's tokenizer and chat template (optional: without it the fixed prompt ids are used).
         "tokenizer": ["tokenizers", "jinja2"],
         # GGUF model files (llama.cpp's reader and dequantizer).
-        "gguf": ["gguf"],
+        "gguf": ["gguf", "xxhash"],
         # vla-edge-fleet (Ray: the bags in parallel, locally or on a cluster).
         "fleet": ["ray"],
     },

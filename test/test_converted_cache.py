@@ -61,7 +61,7 @@ def _no_reader(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the GGUF reader was opened")
 
-    monkeypatch.setattr("gguf.GGUFReader", refuse)
+    monkeypatch.setattr("vla_edge_ros.model.gguf.GgufFile", refuse)
 
 
 def test_the_first_load_writes_an_entry_later_loads_read_without_the_gguf_reader(micro_gguf, tmp_path, monkeypatch):

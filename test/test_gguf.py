@@ -73,6 +73,38 @@ def test_quantized_blocks_dequantize_as_llama_cpp_s_reader(tmp_path):
                                       .reshape(g.layers[1]["wd"].shape).astype(np.float32))
 
 
+def _same_as_llama_cpp_s_reader(path):
+    """GgufFile reads what gguf.GGUFReader reads: every metadata value, every tensor's type, shape, place and bytes."""
+    from vla_edge_ros.model.gguf import GgufFile, field
+
+    ours, theirs = GgufFile(str(path), os.path.getsize(path)), gguf.GGUFReader(str(path))
+    keys = [k for k in theirs.fields if not k.startswith("GGUF.")]
+    assert list(ours.fields) == keys
+    for k in keys:
+        assert field(ours, k) == theirs.fields[k].contents(), k
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert (a.tensor_type, a.shape, a.n_elements, a.n_bytes, a.data_offset) == \
+            (b.tensor_type, tuple(int(d) for d in b.shape), int(b.n_elements), int(b.n_bytes),
+             int(b.data_offset)), a.name
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape, a.name
+        assert np.array_equal(a.data, np.asarray(b.data)), a.name
+    return ours
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q5_0", "BF16", "F32"])
+def test_the_container_reads_as_llama_cpp_s_reader(tmp_path, kind):
+    w = _weights(tmp_path, HD64)
+    path = save_gguf(tmp_path / f"{kind}.gguf", w, kind, "F32" if kind == "F32" else "F16",
+                     chat_template="{{ messages }}", control_tokens=("<|im_start|>",))
+    _same_as_llama_cpp_s_reader(path)
+
+
+def test_the_real_gguf_s_container_reads_as_llama_cpp_s_reader(real_gguf):
+    ours = _same_as_llama_cpp_s_reader(real_gguf)
+    assert len(ours.fields["tokenizer.ggml.tokens"]) == 151936 and "tokenizer.chat_template" in ours.fields
+
+
 def test_golden_model_on_a_gguf_is_hf_transformers(tmp_path):
     """HF transformers reads the same Q8_0 GGUF (head_dim 64, GQA 7:1, untied): the golden model in float32 must be
     it to float32 rounding, over the full vocabulary."""

@@ -100,7 +100,7 @@ def load_model(path, keep_f32: bool = False, config: ModelConfig | None = None, 
     cfg = config if config is not None else load_config(path)  # refuses bad sidecar keys before the dequantizing
     entry = None if keep_f32 else converted_entry(path, tokenizer)
     if entry is not None:
-        w = load_weights(entry, vision_file=vision_path(path))
+        w = load_weights(entry, vision_file=vision_path(path), hashed_entry=True)
         w.path, w.files = path, [path]
     else:
         w = load_gguf(path, keep_f32=keep_f32)

@@ -128,11 +128,12 @@ def save_file(tensors: dict[str, tuple[str, np.ndarray]], path, metadata: dict |
     write_tensors(path, specs, (tensors[name][1] for name, _, _ in specs), metadata)
 
 
-def write_tensors(path, specs, arrays, metadata: dict | None = None) -> None:
+def write_tensors(path, specs, arrays, metadata: dict | None = None, durable: bool = True) -> None:
     """Write a safetensors file from `specs` [(name, dtype_name, shape)] and `arrays`, an iterable that yields each
     tensor's array in the same order: the header is known from the shapes, so one tensor at a time is in memory
     (the converted-weights cache streams a whole model through here). Written beside `path` and renamed: a crash
-    mid-write never leaves a half file behind."""
+    mid-write never leaves a half file behind. `durable`: fsync'd before the rename (off where a reader checks the
+    content anyway: the converted-weights cache hashes its entries at every start; 1.7 s of the 0.5B's first start)."""
     header, pos = {}, 0
     for name, dtype, shape in specs:
         nbytes = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype][1] if shape else DTYPES[dtype][1]
@@ -151,11 +152,12 @@ def write_tensors(path, specs, arrays, metadata: dict | None = None) -> None:
                 if tuple(arr.shape) != tuple(shape) or arr.dtype.itemsize != DTYPES[dtype][1]:
                     raise ValueError(f"tensor {name}: array {arr.dtype} {list(arr.shape)} is not the {dtype} "
                                      f"{list(shape)} the header says")
-                f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+                f.write(np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"), copy=False)).data)  # no copy
             if f.tell() != 8 + len(blob) + pos:
                 raise ValueError(f"{path}: fewer tensors than the header names")
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -164,15 +166,16 @@ def write_tensors(path, specs, arrays, metadata: dict | None = None) -> None:
 
 def release_pages(arr) -> None:
     """Drop the resident pages of `arr` from this process when it is a view of a read-only memory map (a
-    safetensors file opened by load_file): they stay in the page cache, and a later read faults them back in.
+    safetensors file opened by load_file, a GGUF's tensor data): they stay in the page cache, and a later read
+    faults them back in.
     The golden model and the CUDA upload read a whole memory-mapped model once; without this those pages would
     count in the process's memory as long as the map lives. Anything else (an array in memory): no-op."""
     import mmap
 
     base = arr
-    while base is not None and not isinstance(base, np.memmap):
-        base = getattr(base, "base", None)
-    mm = getattr(base, "_mmap", None)
+    while base is not None and not isinstance(base, (np.memmap, mmap.mmap)):
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    mm = base if isinstance(base, mmap.mmap) else getattr(base, "_mmap", None)
     if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
     try:
@@ -189,9 +192,16 @@ def release_pages(arr) -> None:
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 to bfloat16 (nearest even), returned as uint16 bits. NaN stays NaN."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    """Round float32 to bfloat16 (nearest even), returned as uint16 bits. NaN stays NaN. One uint32 temporary, updated
+    in place (3x faster than an expression that allocates at each step)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    t = u >> 16
+    t &= 1
+    t += 0x7FFF
+    t += u  # uint32 wraps: only a NaN's bits can carry out, and NaN is set below
+    t >>= 16
+    rounded = t.astype(np.uint16)
     nan = np.isnan(x)
     if nan.any():
         rounded[nan] = 0x7FC0
@@ -199,4 +209,8 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_to_f32(b: np.ndarray) -> np.ndarray:
-    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    """bf16 bits (uint16) widened to float32, exactly. Shifted in place: one float32-sized array, no second one (the
+    0.5B's untied head widens to 545 MB; a temporary of that size set the golden model's peak RSS)."""
+    u = np.asarray(b, dtype=np.uint16).astype(np.uint32)
+    u <<= 16
+    return u.view(np.float32)
