@@ -407,6 +407,30 @@ def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie):
     cp.get_default_memory_pool().free_all_blocks()
 
 
+@pytest.mark.parametrize("kind", ["awq", "bf16"])
+def test_an_engine_that_loaded_its_model_keeps_no_host_copy_of_the_layers(tmp_path, kind):
+    """Issue 42: on CUDA the device holds the layers, so an Engine that opened the model itself drops the host copy
+    (a 4-bit model's repacked arrays are heap, not file pages) and its Checkpoint forgets the weights; weights a
+    caller hands in stay whole (the bench builds an engine per policy from them). The engine still runs chunks."""
+    from vla_edge_ros.engine import Engine
+    from vla_edge_ros.model.checkpoint import _UNREAD, Checkpoint
+
+    d = str(tmp_path / kind)
+    make_model(d, "tiny", seed=3, **KINDS[kind])
+    ckpt = Checkpoint(d)
+    eng = Engine(ckpt, backend="cuda", kv_capacity_tokens=512)
+    assert eng.weights.layers == [] and ckpt._weights is _UNREAD
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        r = eng.run_chunk(rng.integers(0, 256, (64, 128, 3), dtype=np.uint8))
+        assert len(r.tokens) == eng.cfg.action_tokens and np.isfinite(r.action).all()
+    w = load_weights(d)
+    kept = Engine(d, backend="cuda", kv_capacity_tokens=512, weights=w)
+    assert kept.weights is w and len(w.layers) == w.cfg.num_hidden_layers
+    del eng, kept
+    cp.get_default_memory_pool().free_all_blocks()
+
+
 def test_vram_plan_refuses_over_ceiling(tiny):
     from vla_edge_ros.cuda.backend import CudaBackend, VramPlanError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .gpu import cuda_available
 from .instruction import InstructionError, PromptBuilder
 from .model.checkpoint import Checkpoint
 from .model import ops
+from .model.safetensors_io import release_heap
 from .model.weights import Weights
 from .realtime import set_realtime_priority
 
@@ -141,6 +142,13 @@ class Engine:
         self.prompt_ids = self.instruction.ids
         self.cache = self._new_cache()  # validates capacity and policy before any device allocation
         self.backend = make_backend(backend, self.weights, self.capacity, vram_ceiling_gb)
+        if weights is None and self.backend.name == "cuda":
+            # The device holds the layers now. A bf16 model's host pages were released after the upload; a 4-bit
+            # model's repacked arrays live on the heap (853 MB of host RSS at 1.5B), so the host copy of the layers
+            # goes, here and in the checkpoint. Weights handed in by the caller are theirs (the bench reuses them).
+            self.weights = replace(self.weights, layers=[])
+            self.checkpoint.release_weights()
+            release_heap()
         self.backend.load_prompt(self.prompt_ids, self.cache.prompt_slots)
         self.start_token = cfg.vocab_size - ACTION_VOCAB - 1  # the last id before the action range
         self.decoder = ActionDecoder(cfg.vocab_size, action_low, action_high)
