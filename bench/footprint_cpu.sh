@@ -8,7 +8,7 @@
 #   bash bench/footprint_cpu.sh [MODEL.gguf] [TREE]
 set -eo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-model="${1:-$(python3 "$here/scripts/fetch_test_model.py" --print-path)}"
+model="$(realpath "${1:-$(python3 "$here/scripts/fetch_test_model.py" --print-path)}")"
 tree="${2:-$here}"
 . "$here/scripts/env.sh"
 cache="$(mktemp -d)"
@@ -16,8 +16,11 @@ trap 'rm -rf "$cache"' EXIT
 run() {  # $1: label; rest: environment for the run
   local label="$1" wall kb
   shift
-  env "$@" PYTHONPATH="$tree" /usr/bin/time -f "%e %M" python3 -m vla_edge_ros.tools.generate --model "$model" \
-    --prompt "def fibonacci(n):" --tokens 4 --backend numpy > "$cache/out.txt" 2> "$cache/err.txt" || true
+  # run from inside the tree: `python3 -m` puts the working directory first on sys.path, ahead of PYTHONPATH (the
+  # sixteenth session's A/B ran this checkout's code for both trees that way)
+  (cd "$tree" && env "$@" PYTHONPATH="$tree" /usr/bin/time -f "%e %M" python3 -m vla_edge_ros.tools.generate \
+    --model "$model" --prompt "def fibonacci(n):" --tokens 4 --backend numpy > "$cache/out.txt" 2> "$cache/err.txt") \
+    || true
   read -r wall kb <<< "$(tail -n 1 "$cache/err.txt")"  # /usr/bin/time's line comes last
   printf '%-28s wall %6.1f s   peak RSS %5.2f GB   text %s\n' "$label" "$wall" "$(echo "$kb / 1048576" | bc -l)" \
     "$(tr '\n' ' ' < "$cache/out.txt" | cut -c1-60)"
