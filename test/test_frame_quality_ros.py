@@ -39,6 +39,7 @@ def _diagnostics(lst):
     return got
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 @pytest.mark.skipif(not UDACITY.is_dir(), reason=f"{UDACITY} not present")
 def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(domain, tmp_path, procs, micro_model):
     from vla_edge_ros.clips import open_clip

@@ -14,7 +14,7 @@ import pytest
 
 from ros_helpers import Listener, start_replay, start_vla_edge
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.exclusive]  # no late cycle: runs alone (conftest)
 
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402

@@ -42,6 +42,7 @@ def _active(lst):
     return [v for _, v, _ in lst.cycles if v["source"] == "model"]
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 def test_a_latched_instruction_reaches_a_late_node_and_a_change_costs_no_deadline(domain, tmp_path, procs,
                                                                                   micro_gguf):
     lst = Listener(domain)

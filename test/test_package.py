@@ -57,6 +57,7 @@ OPTIONAL = {
     "tokenizers": "tokenizer",
     "jinja2": "tokenizer",
     "gguf": "gguf",
+    "xxhash": "gguf",  # the converted-weights cache of GGUF files (model/converted_cache.py)
     "ray": "fleet",  # vla-edge-fleet only: a workstation / cluster tool, not part of the robot's node
 }
 

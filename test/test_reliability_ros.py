@@ -403,6 +403,7 @@ def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, micro
 MAX_CI_MISS_RATE = 0.003
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 def test_soak_20_seconds(domain, tmp_path):
     """The CI version of vla-edge-soak (long soaks: the tool, BENCHMARKS.md): 20 s with a 30 Hz camera at the plumbing
     period, nothing leaks, the model acts in most cycles and no action is late after warm-up."""
@@ -524,6 +525,7 @@ def _publish_times(cycles, t0, t1):
     return sorted(out)
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 @pytest.mark.parametrize("caps", ["default", "raised"])
 def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, micro_model, caps):
     """8K rgb8 (99.5 MB a message) at 1 Hz over reliable QoS (issue 13.4). The camera runs in its own process,
@@ -607,6 +609,7 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 def test_a_killed_camera_process_is_restarted_and_reported(domain, tmp_path, procs, micro_model):
     """SIGKILL the camera process while frames flow: the control loop keeps its rate and deadlines (stale-frame
     fallbacks until frames return), /diagnostics reports the camera process killed (ERROR) and restarted, fresh

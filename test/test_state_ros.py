@@ -85,6 +85,7 @@ class JointPublisher:
         return self.last_sent
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 def test_a_state_model_acts_on_a_100_hz_joint_state_and_refuses_what_it_cannot_take(
         domain, tmp_path, procs, state_micro_model):
     from vla_edge_ros.synthetic_bag import make_test_bag

@@ -62,6 +62,7 @@ def _after(events, t):
     return f"{t - e[-1][0]:.2f} s after {e[-1][1]}" if e else "before the first"
 
 
+@pytest.mark.exclusive  # asserts no late cycle: runs alone (conftest)
 def test_hostile_instructions_cost_no_tick_and_sigint_still_stops_at_once(domain, tmp_path, procs, hostile_gguf):
     lst = Listener(domain)
     pub = lst.node.create_publisher(String, "/vla_edge/instruction", LATCHED)

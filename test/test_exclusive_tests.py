@@ -1,0 +1,58 @@
+# Copyright 2026 vla_edge_ros maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""conftest's `exclusive` tests run while no other test runs, under the test command's two xdist workers: a test that
+asserts no late cycle at all must not share the 2-core host with another file's work (the test command itself:
+scripts/test.sh, `-n 2 --dist loadfile`)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+RECORD = """
+import os, time
+import pytest
+
+def rec(tag, seconds):
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    with open(os.environ["LOCK_LOG"], "a") as f:
+        f.write(f"{tag} {t0} {time.monotonic()}\\n")
+"""
+
+
+def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_path):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("vla_edge_tests_conftest", {os.path.join(HERE, "conftest.py")!r})
+        suite = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(suite)
+        pytest_configure = suite.pytest_configure
+        pytest_runtest_protocol = suite.pytest_runtest_protocol
+    """))
+    (tmp_path / "test_a_exclusive.py").write_text(RECORD + textwrap.dedent("""
+        def test_warm():
+            rec("S", 0.3)
+
+        @pytest.mark.exclusive
+        def test_alone():
+            rec("X", 1.5)
+    """))
+    (tmp_path / "test_b_shared.py").write_text(RECORD + "".join(
+        f"\ndef test_{i}():\n    rec('S', 0.25)\n" for i in range(12)))
+    log = tmp_path / "log.txt"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                        "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+                       env=dict(os.environ, LOCK_LOG=str(log)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    spans = [(tag, float(a), float(b)) for tag, a, b in (line.split() for line in log.read_text().splitlines())]
+    alone = [s for s in spans if s[0] == "X"]
+    others = [s for s in spans if s[0] == "S"]
+    assert len(alone) == 1 and len(others) == 13, spans
+    _, x0, x1 = alone[0]
+    overlapping = [s for s in others if s[1] < x1 and s[2] > x0]
+    assert not overlapping, (alone, overlapping)
+    assert any(s[1] >= x1 for s in others), "the other worker never went on after the exclusive test"
