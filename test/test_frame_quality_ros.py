@@ -120,7 +120,10 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
     assert last["quality_tripped"] == "none"
 
     # the loop: frame_quality fallbacks counted, not a tick missed or late, nothing non-finite
-    assert int(d["fallback_frame_quality"]) >= 6 * 8, d["fallback_frame_quality"]
+    # /diagnostics counts every frame_quality fallback this listener saw on the bag (how many there are follows the
+    # host's speed: 48 and more idle, 43 once under slow_host.sh -f 3), at least one a spell
+    seen_fq = sum(v["reason"] == "frame_quality" for _, v in on_bag)
+    assert int(d["fallback_frame_quality"]) >= max(seen_fq, len(SPELLS)), (d["fallback_frame_quality"], seen_fq)
     late = sum(v["late"] == "True" for v in cycles)
     missed = sum(int(v["missed_before"]) for v in cycles)
     print(f"blind bag: {len(cycles)} cycles, {len(on_bag)} on the bag, {late} late, {missed} missed ticks, "
