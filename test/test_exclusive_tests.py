@@ -25,7 +25,8 @@ def rec(tag, seconds):
 
 
 def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_path):
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text(textwrap.dedent(f"""
         import importlib.util
         spec = importlib.util.spec_from_file_location("vla_edge_tests_conftest", {os.path.join(HERE, "conftest.py")!r})
         suite = importlib.util.module_from_spec(spec)
@@ -33,7 +34,7 @@ def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_
         pytest_configure = suite.pytest_configure
         pytest_runtest_protocol = suite.pytest_runtest_protocol
     """))
-    (tmp_path / "test_a_exclusive.py").write_text(RECORD + textwrap.dedent("""
+    (tmp_path / "tests" / "test_a_exclusive.py").write_text(RECORD + textwrap.dedent("""
         def test_warm():
             rec("S", 0.3)
 
@@ -41,12 +42,16 @@ def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_
         def test_alone():
             rec("X", 1.5)
     """))
-    (tmp_path / "test_b_shared.py").write_text(RECORD + "".join(
+    (tmp_path / "tests" / "test_b_shared.py").write_text(RECORD + "".join(
         f"\ndef test_{i}():\n    rec('S', 0.25)\n" for i in range(12)))
     log = tmp_path / "log.txt"
+    # a pytest of its own: none of this run's options (colcon passes them in PYTEST_ADDOPTS, its --basetemp among
+    # them, which the inner run would empty under this one) and none of its xdist worker's variables
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS" and not k.startswith("PYTEST_XDIST")}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-                        "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-                       env=dict(os.environ, LOCK_LOG=str(log)), capture_output=True, text=True, timeout=120)
+                        "--rootdir", str(tmp_path), "-c", os.devnull, "--basetemp", str(tmp_path / "inner_tmp"),
+                        str(tmp_path / "tests")],
+                       env=dict(env, LOCK_LOG=str(log)), capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     spans = [(tag, float(a), float(b)) for tag, a, b in (line.split() for line in log.read_text().splitlines())]
     alone = [s for s in spans if s[0] == "X"]
