@@ -31,20 +31,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU and CuPy (skipped without one)")
     config.addinivalue_line("markers", "ros: needs rclpy and a working DDS (integration)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
-    config.addinivalue_line("markers", "exclusive: asserts no late cycle at all; runs while no other test runs (the "
-                                       "test command's second xdist worker waits)")
+    config.addinivalue_line("markers", "exclusive: runs while no other test runs (the test command's second xdist "
+                                       "worker waits); every `ros` test is run so too")
     for name in ("linter", "flake8", "pep257", "copyright"):  # the ament_python template's linter markers
         config.addinivalue_line("markers", f"{name}: a linter run as a test")
 
 
 # --- tests that must not share the host ---------------------------------------------------------------------------
-# The test command runs two xdist workers on a 2-core host. A test that asserts no late cycle at all (an instruction
-# flood, a degraded bag, a hostile template) fails when the other worker's file hogs a core at the same time: its
-# nodes' normal-priority threads lose the CPU while holding the interpreter lock, and the real-time control thread
-# waits for it (a fresh-clone run had one cycle 10 ms late in each flood test; the same file passed 3 of 3 alone).
-# Such tests are marked `exclusive` and take a file lock exclusively for their whole run (set-up and teardown
-# included); every other test takes it shared, so the other worker finishes its current test and waits. A gate lock
-# taken before the main one keeps a worker that runs test after test from starving the exclusive one.
+# The test command runs two xdist workers on a 2-core host. A test that runs ROS nodes against the clock fails when
+# the other worker's file hogs the cores at the same time: its nodes' normal-priority threads lose the CPU while
+# holding the interpreter lock and the real-time control thread waits for it, or a node misses a 30 s wait for its
+# first model actions (fresh-clone runs of 2026-12-05: one late cycle in each flood test; in another, four ROS tests
+# of one worker timed out at once; each passed alone). Tests marked `exclusive`, and every test marked `ros`, take a
+# file lock exclusively for their whole run (set-up and teardown included); every other test takes it shared, so the
+# other worker finishes its current test and waits: the ROS tests run one at a time with nothing beside them, the
+# rest two at a time. A gate lock taken before the main one keeps a worker that runs test after test from starving
+# the exclusive one.
 
 def _run_lock_paths(config):
     uid = getattr(config, "workerinput", {}).get("testrunuid")
@@ -62,7 +64,7 @@ def pytest_runtest_protocol(item, nextitem):
         return
     import fcntl
 
-    exclusive = item.get_closest_marker("exclusive") is not None
+    exclusive = item.get_closest_marker("exclusive") is not None or item.get_closest_marker("ros") is not None
     with open(paths[0], "a") as gate, open(paths[1], "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         if not exclusive:

@@ -1,8 +1,8 @@
 # Copyright 2026 vla_edge_ros maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""conftest's `exclusive` tests run while no other test runs, under the test command's two xdist workers: a test that
-asserts no late cycle at all must not share the 2-core host with another file's work (the test command itself:
-scripts/test.sh, `-n 2 --dist loadfile`)."""
+"""conftest's `exclusive` tests, and every `ros` test, run while no other test runs under the test command's two
+xdist workers (scripts/test.sh, `-n 2 --dist loadfile`): a ROS test against the clock must not share the 2-core host
+with another file's work."""
 from __future__ import annotations
 
 import os
@@ -41,6 +41,10 @@ def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_
         @pytest.mark.exclusive
         def test_alone():
             rec("X", 1.5)
+
+        @pytest.mark.ros
+        def test_a_ros_test_alone():
+            rec("X", 1.0)
     """))
     (tmp_path / "tests" / "test_b_shared.py").write_text(RECORD + "".join(
         f"\ndef test_{i}():\n    rec('S', 0.25)\n" for i in range(12)))
@@ -56,8 +60,7 @@ def test_an_exclusive_test_runs_alone_and_the_other_worker_goes_on_after_it(tmp_
     spans = [(tag, float(a), float(b)) for tag, a, b in (line.split() for line in log.read_text().splitlines())]
     alone = [s for s in spans if s[0] == "X"]
     others = [s for s in spans if s[0] == "S"]
-    assert len(alone) == 1 and len(others) == 13, spans
-    _, x0, x1 = alone[0]
-    overlapping = [s for s in others if s[1] < x1 and s[2] > x0]
-    assert not overlapping, (alone, overlapping)
-    assert any(s[1] >= x1 for s in others), "the other worker never went on after the exclusive test"
+    assert len(alone) == 2 and len(others) == 13, spans
+    overlapping = [(x, s) for x in alone for s in others if s[1] < x[2] and s[2] > x[1]]
+    assert not overlapping, overlapping
+    assert any(s[1] >= alone[0][2] for s in others), "the other worker never went on after the exclusive test"
