@@ -17,7 +17,8 @@ rclpy = pytest.importorskip("rclpy")
 
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 
-from ros_helpers import UDACITY, Listener, kv, start_replay, start_vla_edge  # noqa: E402
+from cpu_waits import CpuWaits, check_misses  # noqa: E402
+from ros_helpers import UDACITY, Listener, kv, plumbing_period_ms, start_replay, start_vla_edge  # noqa: E402
 from vla_edge_ros import frame_quality as fq  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -53,6 +54,7 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
                           {"transport": "compressed", "qos_reliability": "reliable", "realtime_priority": 10,
                            "diagnostics_period_s": 0.25},
                           remaps=[("image/compressed", "/camera/image_raw/compressed")])
+    waits = CpuWaits(node.p.pid).start()
     lst = Listener(domain)
     diags = _diagnostics(lst)
     try:
@@ -65,11 +67,13 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
                                  for _, v, _ in lst.cycles[n0:]), 20, "cycles on the bag's last frames")
         time.sleep(1.0)  # the last roll-ups
         with lst.lock:
-            cycles = [v for _, v, _ in lst.cycles[n0:]]
+            every_cycle = list(lst.cycles)
+            cycles = [v for _, v, _ in every_cycle[n0:]]
             statuses = list(diags)
         d = lst.last_diag()
     finally:
         lst.close()
+        waits.stop()
     assert node.stop() == 0, node.output()[-3000:]
 
     on_bag = [(index[int(v["frame_stamp_ns"])], v) for v in cycles if int(v["frame_stamp_ns"]) in index]
@@ -119,7 +123,7 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
         assert int(last[f"quality_trips_{fq.EXPECTED[kind]}"]) >= 1, last
     assert last["quality_tripped"] == "none"
 
-    # the loop: frame_quality fallbacks counted, not a tick missed or late, nothing non-finite
+    # the loop: frame_quality fallbacks counted, no tick missed or late by the node's doing, nothing non-finite
     # /diagnostics counts every frame_quality fallback this listener saw on the bag (how many there are follows the
     # host's speed: 48 and more idle, 43 once under slow_host.sh -f 3), at least one a spell
     seen_fq = sum(v["reason"] == "frame_quality" for _, v in on_bag)
@@ -129,5 +133,6 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
     print(f"blind bag: {len(cycles)} cycles, {len(on_bag)} on the bag, {late} late, {missed} missed ticks, "
           f"{d['fallback_frame_quality']} frame_quality fallbacks, camera-quality runs "
           f"{[(lvl, len(m)) for lvl, m in runs]}")
-    assert late == 0 and missed == 0 and int(d["deadline_misses"]) == 0, (late, missed, d["deadline_misses"])
+    # none the node owns (a host that kept the node off the CPU owns its misses: cpu_waits)
+    check_misses(every_cycle, waits, plumbing_period_ms(), int(d["deadline_misses"]))
     assert int(d["non_finite_blocked"]) == 0

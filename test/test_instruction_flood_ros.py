@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from ros_helpers import Listener, start_replay, start_vla_edge
+from cpu_waits import CpuWaits, check_misses
+from ros_helpers import Listener, plumbing_period_ms, start_replay, start_vla_edge
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.exclusive]  # no late cycle: runs alone (conftest)
 
@@ -49,12 +50,14 @@ def _active(lst):
 
 def _flood(domain, tmp_path, procs, model, send, seconds: float, settled=None):
     """Run vla_edge, wait for model actions, call `send(pub, i)` in a loop for `seconds`; the cycles meanwhile and
-    after, the last /diagnostics and the node's output."""
+    after, the last /diagnostics and the node's output, once every cycle is judged on time (`_on_time`)."""
     lst = Listener(domain)
     pub = lst.node.create_publisher(String, "/vla_edge/instruction", LATCHED)
+    waits = None
     try:
         node = start_vla_edge(procs, domain, tmp_path, model, {"instruction": "go left", "realtime_priority": 10},
                               remaps=[("image", "/camera/image_raw")])
+        waits = CpuWaits(node.p.pid).start()
         start_replay(procs, domain, tmp_path, _bag(tmp_path), "--loop")
         lst.wait_for(lambda: any(v.get("instruction") == "go left" for v in _active(lst)), 90,
                      "model actions under the start-up instruction")
@@ -67,22 +70,26 @@ def _flood(domain, tmp_path, procs, model, send, seconds: float, settled=None):
         assert takers == {"vla_camera"}, takers  # taken in the camera process, never in the control process
         if settled is not None:  # the last message's change, once its render and prefill are done
             lst.wait_for(lambda: settled(lst, i), 30, "the last instruction of the flood in ~/cycle")
-        after = [v for _, v, _ in lst.cycles[n0:]]
+        every = list(lst.cycles)
+        after = [v for _, v, _ in every[n0:]]
         d = lst.last_diag()
     finally:
         lst.close()
+        if waits is not None:
+            waits.stop()
     out = node.output()
     assert node.stop() == 0, out[-3000:]
     assert "Traceback" not in out
+    _on_time(every, after, waits, d)
     return i, after, d, out
 
 
-def _on_time(after, what):
-    late = [v["cycle_ms"] for v in after if v["late"] != "False"]
-    missed = sum(int(v.get("missed_before", 0)) for v in after)
-    print(f"[flood ros] {what}: {len(after)} cycles, late {late}, missed ticks {missed}")
+def _on_time(every, after, waits, d):
+    """No tick late or skipped by the node's doing, through the flood and before it (a host that kept the node off
+    the CPU owns its misses: cpu_waits)."""
     assert len(after) > 30, len(after)  # 7 s at the plumbing period (33 ms idle, up to ~90 ms under -f 3)
-    assert not late and missed == 0, (late, missed)
+    misses = check_misses(every, waits, plumbing_period_ms(), int(d["deadline_misses"]))
+    print(f"[flood ros] {len(after)} cycles in and after the flood, {len(misses)} misses (the host's)")
 
 
 def test_1000_instructions_a_second_cost_no_deadline(domain, tmp_path, procs, chat_gguf):
@@ -94,9 +101,8 @@ def test_1000_instructions_a_second_cost_no_deadline(domain, tmp_path, procs, ch
         return any(v.get("instruction") == f"go to spot {n - 1}" for v in _active(lst)[-5:])
 
     n, after, d, out = _flood(domain, tmp_path, procs, chat_gguf, send, 5.0, settled=last_applied)
-    _on_time(after, f"{n} instructions in 5 s, {d['instruction_renders']} renders")
+    print(f"[flood ros] {n} instructions in 5 s, {d['instruction_renders']} renders")
     assert n >= 500, n  # a flood: ~3000 in 5 s on this 2-core host idle, ~1250 under slow_host.sh -f 3
-    assert int(d["deadline_misses"]) == 0 and int(d["missed_ticks"]) == 0, d
     assert after[-1].get("instruction") == f"go to spot {n - 1}"  # the latest won; the rest coalesced unrendered
     assert int(d["instruction_changes"]) < n // 10
     # coalesced before any work: at most one render a tick (the start-up probe and "go left" included), never one a
@@ -111,7 +117,6 @@ def test_10_mb_instructions_as_fast_as_they_go_cost_no_deadline(domain, tmp_path
         pub.publish(String(data=big))
 
     n, after, d, out = _flood(domain, tmp_path, procs, chat_gguf, send, 5.0)
-    _on_time(after, f"{n} messages of 10 MB in 5 s")
-    assert int(d["deadline_misses"]) == 0 and int(d["missed_ticks"]) == 0, d
+    print(f"[flood ros] {n} messages of 10 MB in 5 s")
     assert d["instruction"] == "go left" and int(d["instruction_refused"]) >= 1
     assert "refused before it is copied" in d["instruction_last_refusal"]

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from ros_helpers import Listener, start_replay, start_vla_edge
+from cpu_waits import CpuWaits, check_misses
+from ros_helpers import Listener, plumbing_period_ms, start_replay, start_vla_edge
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -48,10 +49,12 @@ def test_a_latched_instruction_reaches_a_late_node_and_a_change_costs_no_deadlin
     lst = Listener(domain)
     pub = lst.node.create_publisher(String, "/vla_edge/instruction", LATCHED)
     pub.publish(String(data="pick up the red cup"))  # before the node exists: transient local keeps it
+    waits = None
     try:
         # realtime_priority, as the other deadline tests: a fresh-clone CI run without it saw one cycle at 35.3 ms
         node = start_vla_edge(procs, domain, tmp_path, micro_gguf, {"realtime_priority": 10},
                               remaps=[("image", "/camera/image_raw")])
+        waits = CpuWaits(node.p.pid).start()
         start_replay(procs, domain, tmp_path, _bag(tmp_path), "--loop")
         lst.wait_for(lambda: any(v.get("instruction") == "pick up the red cup" for v in _active(lst)), 90,
                      "model actions under the instruction published before the node started")
@@ -73,20 +76,22 @@ def test_a_latched_instruction_reaches_a_late_node_and_a_change_costs_no_deadlin
         changing = [v for v in after if v["reason"] == "instruction_change"]
         assert changing, reasons
         assert all(v["source"] == "fallback" and v["action"].startswith("0.0000,0.0000") for v in changing)
-        assert all(v["late"] == "False" for v in after), [v["cycle_ms"] for v in after if v["late"] != "False"]
         first_new = next(i for i, v in enumerate(after) if v.get("instruction") == "follow the corridor"
                          and v["source"] == "model")
         assert all(v.get("instruction") != "pick up the red cup" for v in after[first_new:])  # never mixed
         d = lst.last_diag()
         assert d["instruction"] == "follow the corridor" and int(d["instruction_changes"]) >= 2
-        late_seen = [(v["cycle"], v["reason"], v["cycle_ms"], v.get("missed_before"), v.get("instruction"))
-                     for _, v, _ in lst.cycles if v["late"] != "False" or int(v.get("missed_before", 0))]
-        print(f"[instruction ros] {len(lst.cycles)} cycles, {n0} before the change ({misses0} deadline misses); late "
-              f"or after a missed tick: {late_seen}")
-        assert int(d["deadline_misses"]) == misses0, (d["deadline_misses"], misses0, d.get("missed_ticks"), late_seen)
+        print(f"[instruction ros] {len(lst.cycles)} cycles, {n0} before the change ({misses0} deadline misses)")
+        # none the node owns from the change on (a host that kept the node off the CPU owns its misses: cpu_waits)
+        with lst.lock:
+            stream = list(lst.cycles)
+        check_misses(stream[n0:], waits, plumbing_period_ms(), int(d["deadline_misses"]) - misses0,
+                     before=stream[n0 - 1] if n0 else None)
         assert int(d["fallback_instruction_change"]) >= len(changing)
     finally:
         lst.close()
+        if waits is not None:
+            waits.stop()
     out = node.output()
     assert node.stop() == 0, out[-3000:]
     assert "instruction from topic" in out and "Traceback" not in out

@@ -20,6 +20,7 @@ rclpy = pytest.importorskip("rclpy")
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
+from cpu_waits import CpuWaits, check_misses  # noqa: E402
 from ros_helpers import Listener, plumbing_period_ms, start_replay, start_vla_edge  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -94,6 +95,7 @@ def test_a_state_model_acts_on_a_100_hz_joint_state_and_refuses_what_it_cannot_t
     node = start_vla_edge(procs, domain, tmp_path, state_micro_model,
                           {"realtime_priority": 10, "max_state_age_ms": MAX_AGE_MS, "diagnostics_period_s": 0.25},
                           remaps=[("image", "/camera/image_raw"), ("~/joint_states", "/joint_states")])
+    waits = CpuWaits(node.p.pid).start()
     lst = Listener(domain)
     pub = JointPublisher(lst.node)
     try:
@@ -128,6 +130,7 @@ def test_a_state_model_acts_on_a_100_hz_joint_state_and_refuses_what_it_cannot_t
             cycles = list(lst.cycles)
     finally:
         lst.close()
+        waits.stop()
     assert node.alive(), node.output()[-3000:]
     assert node.stop() == 0, node.output()[-3000:]
     log = node.output()
@@ -144,7 +147,9 @@ def test_a_state_model_acts_on_a_100_hz_joint_state_and_refuses_what_it_cannot_t
     assert sum(v["source"] == "model" for v in running) >= 0.8 * len(running), [v["reason"] for v in running]
     assert all(float(v["state_age_ms"]) <= MAX_AGE_MS for v in running if v["source"] == "model")
     assert int(d_running["state_refused"]) >= 4 and int(d_running["state_accepted"]) >= 300
-    assert int(d_running["deadline_misses"]) == 0 and int(d_running["missed_ticks"]) == 0, d_running
+    # no late cycle or skipped tick the node owns (a host that kept the node off the CPU owns its misses: cpu_waits)
+    check_misses([c for c in cycles if float(c[1]["tick_monotonic"]) <= t1], waits, plumbing_period_ms(),
+                 int(d_running["deadline_misses"]))
     for why in refusals:
         assert "~/joint_states refused: " in log and why in log, why
     assert "x" * 1000 not in log  # a hostile name is never echoed
