@@ -42,10 +42,34 @@ PROBE_INSTRUCTION = "pick up the red block and put it in the bin"
 PROBE_BUDGET_S = 1.0  # its render budget: at configure a busy host must not pass for a template that runs away
 RENDERS_KEPT = 16  # renders remembered by text: the parameter's check and its change render once, not twice
 TRANSIENT_REFUSAL_S = 1.0  # a refusal that may not repeat (the time budget) is remembered this long only
+TRANSIENT_RETRIES = 3  # a latest request refused that way is checked again this many times, TRANSIENT_REFUSAL_S apart
 
 
 class InstructionError(ValueError):
-    """An instruction that is refused (one line); the active one stays."""
+    """An instruction that is refused (one line); the active one stays. `lasting`: the same text would be refused
+    again (false for a render over its time budget, which a busy host can cause)."""
+
+    def __init__(self, message: str, lasting: bool = True):
+        super().__init__(message)
+        self.lasting = lasting
+
+
+class TransientRefusal(str):
+    """A refusal that may not repeat (`InstructionError.lasting` false): `Runtime.check_instruction`'s answer for a
+    render over its time budget. `check_with_retries` tries such a text again."""
+
+
+def check_with_retries(check, text, superseded) -> str | None:
+    """`check(text)` (None, or why it is refused); a `TransientRefusal` is checked again once the PromptBuilder has
+    forgotten it (TRANSIENT_REFUSAL_S), up to TRANSIENT_RETRIES times, so a render refused while the host was busy does
+    not leave the old instruction in place for good. `superseded(timeout_s)` waits for a newer request and says whether
+    one came (then this one is not tried again)."""
+    why = check(text)
+    for _ in range(TRANSIENT_RETRIES):
+        if not isinstance(why, TransientRefusal) or superseded(TRANSIENT_REFUSAL_S + 0.05):
+            break
+        why = check(text)
+    return why
 
 
 @dataclass(frozen=True)
@@ -173,7 +197,7 @@ class PromptBuilder:
         hit = self._renders.get(text)
         if hit is not None and (hit[1] is None or hit[2] or now - hit[3] < TRANSIENT_REFUSAL_S):
             if hit[1] is not None:
-                raise InstructionError(hit[1])
+                raise InstructionError(hit[1], lasting=hit[2])
             return hit[0]
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": text}]
         self.renders += 1
@@ -186,7 +210,7 @@ class PromptBuilder:
         while len(self._renders) > RENDERS_KEPT:
             self._renders.popitem(last=False)
         if why is not None:
-            raise InstructionError(why)
+            raise InstructionError(why, lasting=lasting)
         return prompt
 
     def _special_strings(self) -> list[str]:
@@ -223,8 +247,9 @@ class InstructionFeed:
     `offer` (any thread, e.g. the loop itself for the bench's schedule) only replaces the one waiting request: a
     flood costs a reference swap a request, never a render. The `vla-instruction-feed` thread checks the latest one
     with `check(text)` (Runtime.check_instruction: the chat template within its budget, remembered by the
-    PromptBuilder, so the change that follows does not render again); `take` (the loop, once a tick) returns at most
-    one checked request, so the loop's own work per tick is one `set_instruction` whatever arrives."""
+    PromptBuilder, so the change that follows does not render again; a render over its budget is tried again,
+    `check_with_retries`); `take` (the loop, once a tick) returns at most one checked request, so the loop's own work
+    per tick is one `set_instruction` whatever arrives."""
 
     def __init__(self, check, name: str = "vla-instruction-feed"):
         self._check = check
@@ -233,7 +258,7 @@ class InstructionFeed:
         self._ready = None  # (text, source, when): checked, for the loop to apply
         self._closed = False
         self.offered = 0
-        self.dropped = 0  # requests replaced by a newer one before they were checked
+        self.dropped = 0  # requests replaced by a newer one before they were checked (or while a refusal waited)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -272,15 +297,24 @@ class InstructionFeed:
                     return
                 item, self._waiting = self._waiting, None
                 self._busy = True
-            try:
-                self._check(item[0])  # renders and remembers; the refusal, if any, is the loop's set_instruction's
+            why = None
+            try:  # renders and remembers; the refusal, if any, is the loop's set_instruction's
+                why = check_with_retries(self._check, item[0], self._wait_newer)
             except Exception:  # noqa: BLE001 - the loop's set_instruction says what went wrong
                 pass
             with self._cv:
                 self._busy = False
+                if isinstance(why, TransientRefusal) and self._waiting is not None:
+                    self.dropped += 1  # refused while the host was busy, and a newer request came meanwhile
+                    continue
                 if self._ready is not None:
                     self.dropped += 1
                 self._ready = item
+
+    def _wait_newer(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for a newer request (or close); True if one came."""
+        with self._cv:
+            return bool(self._cv.wait_for(lambda: self._waiting is not None or self._closed, timeout_s))
 
     def close(self) -> None:
         """End the checking thread (a request still waiting is dropped)."""

@@ -28,7 +28,7 @@ from .constants import ACTION_TOKENS, FRAME_C, FRAME_H, FRAME_W
 from .cycle import CycleOutcome, ReasoningCycle, probe_after_cycles
 from .diagnostics import LoopRecord, loop_record
 from .frame_buffer import FrameBuffer
-from .instruction import InstructionError, summary
+from .instruction import InstructionError, TransientRefusal, summary
 from .metrics import VramSampler
 from .model.checkpoint import Checkpoint
 from .robot_state import StateBuffer, model_mapper, synthetic_state
@@ -331,7 +331,7 @@ class Runtime:
         try:
             self.engine.prompts.build(text, budget_s=budget_s)
         except InstructionError as e:
-            return str(e)
+            return str(e) if e.lasting else TransientRefusal(str(e))
         return None
 
     def _deadline_warning(self) -> str | None:

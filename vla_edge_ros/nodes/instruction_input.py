@@ -32,7 +32,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from ..instruction import InstructionError, string_from_cdr
+from ..instruction import InstructionError, TransientRefusal, check_with_retries, string_from_cdr
 from ..instruction_mailbox import POLL_S
 
 # The parameter check renders on the executor thread (rclpy wants its answer at once), between the timer's ticks: a
@@ -151,18 +151,27 @@ class InstructionInput:
             rt = self.runtime()
             if rt is None:
                 continue
-            try:
-                rt.check_instruction(item[0])  # renders and remembers the render; the refusal is reported below
+            why = None
+            try:  # renders and remembers the render (a render over its budget is tried again); reported below
+                why = check_with_retries(rt.check_instruction, item[0], self._wait_newer)
             except Exception:  # noqa: BLE001 - set_instruction on the executor thread says what went wrong
                 pass
             with self._cv:
                 if self._closed:
                     return
+                if isinstance(why, TransientRefusal) and self._waiting is not None:
+                    self.dropped += 1  # refused while the host was busy, and a newer message came meanwhile
+                    continue
                 self._rendered = item
                 try:
                     self._guard.trigger()
                 except Exception:  # noqa: BLE001 - the node is being destroyed (shutdown): nothing to apply
                     return
+
+    def _wait_newer(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for a newer message (or close); True if one came."""
+        with self._cv:
+            return bool(self._cv.wait_for(lambda: self._waiting is not None or self._closed, timeout_s))
 
     def _gap_s(self) -> float:
         """The least time between two renders: one period of the running loop."""
