@@ -14,7 +14,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from lifecycle_msgs.msg import Transition  # noqa: E402
 
-from ros_helpers import Listener, plumbing_period_ms, start_replay, start_vla_edge  # noqa: E402
+from ros_helpers import Listener, plumbing_period_ms, reasons, start_replay, start_vla_edge  # noqa: E402
 from test_lifecycle_ros import Lifecycle  # noqa: E402
 from test_robot_output_ros import comps  # noqa: E402
 
@@ -65,7 +65,13 @@ def test_the_acceleration_limit_holds_across_every_gap(domain, tmp_path, procs, 
         time.sleep(2.0)
         events.append(("stall", time.monotonic()))
         node.signal(signal.SIGCONT)
-        lst.wait_for(_fresh_after(lst, events[-1][1], 20), 30, "fresh actions after the stall")
+        try:
+            lst.wait_for(_fresh_after(lst, events[-1][1], 20), 30, "fresh actions after the stall")
+        except AssertionError as e:
+            after = [v for tc, v, _ in lst.cycles if tc >= events[-1][1]]
+            why = reasons(lst.cycles_between(events[-1][1], 1e18))
+            raise AssertionError(f"{e}: {len(after)} cycles since, reasons {why}, last {after[-2:]}, "
+                                 f"diag {lst.last_diag()}") from None
         lst.wait_for(lambda: int(lst.diags[-1][1].get("limits_restarted_from_zero", 0)) >= 1, 10,
                      "limits_restarted_from_zero in /diagnostics")
         with lst.lock:

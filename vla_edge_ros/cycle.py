@@ -263,7 +263,8 @@ class ReasoningCycle:
     @property
     def wake_slack_s(self) -> float:
         """Time kept back before `deadline - margin` so that the slowest overrun publish of the last minute,
-        had it started there, would still land by the deadline. Capped at half the usable budget."""
+        had it started there, would still land by the deadline. Capped at half the usable budget; a stall of more
+        than a period is not a wake-up lag and is not learned (`record_published`)."""
         now = self.clock()
         while self._publish_lags and now - self._publish_lags[0][0] > WAKE_LAG_MEMORY_S:
             self._publish_lags.popleft()
@@ -570,9 +571,12 @@ class ReasoningCycle:
             self.stats.action_gap_ms.add((t_publish - self._last_publish) * 1000.0)
         self._last_publish = t_publish
         start = outcome.scheduled if outcome.scheduled is not None else outcome.t0
-        # Overruns measure the wake-up lag directly; a chunk result published late teaches the same.
-        if outcome.wait_until is not None and (outcome.reason == "overrun" or late):
-            self._publish_lags.append((t_publish, t_publish - outcome.wait_until))
+        # Overruns measure the wake-up lag directly; a chunk result published late teaches the same. A lag of more
+        # than a period is a stall of the process (SIGSTOP, a VM pause: counted as missed ticks), not a wake-up lag:
+        # kept back for a minute it would shrink the budget after a 2 s stall until no chunk fit (test_round4_ros).
+        lag = t_publish - outcome.wait_until if outcome.wait_until is not None else None
+        if lag is not None and (outcome.reason == "overrun" or late) and lag <= self.period_s:
+            self._publish_lags.append((t_publish, lag))
         self.stats.record(outcome.source, outcome.reason, late, (t_publish - start) * 1000.0,
                           chunk_ms=outcome.timings.total_ms if outcome.timings is not None else None,
                           jitter_ms=outcome.jitter_ms, frame_age_ms=outcome.frame_age_ms, plan_age=outcome.plan_age,
