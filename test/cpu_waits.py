@@ -107,13 +107,14 @@ def misses(cycles, period_ms: float, before=None) -> list[dict]:
         publish = _publish_time(v)
         since_tick = float(v["since_scheduled_tick_ms"])
         if v["late"] == "True":
-            out.append({"cycle": v["cycle"], "kind": "late", "window": (publish - since_tick / 1000.0, publish),
+            out.append({"cycle": v["cycle"], "kind": "late", "ticks": 1,
+                        "window": (publish - since_tick / 1000.0, publish),
                         "late_ms": round(since_tick - period_ms, 2), "jitter_ms": v.get("jitter_ms"),
                         "reason": v.get("reason")})
         skipped = int(v.get("missed_before", 0))
         if skipped and prev_publish is not None:
-            out.append({"cycle": v["cycle"], "kind": f"{skipped} skipped", "window": (prev_publish, t0),
-                        "late_ms": skipped * period_ms})
+            out.append({"cycle": v["cycle"], "kind": f"{skipped} skipped", "ticks": skipped,
+                        "window": (prev_publish, t0), "late_ms": skipped * period_ms})
         prev_publish = publish
     return out
 
@@ -132,7 +133,7 @@ def check_misses(cycles, waits: CpuWaits, period_ms: float, counted: int, before
     """Every miss the node counted (`counted`: /diagnostics' deadline_misses over the stream's time) is in the ~/cycle
     stream `cycles`, and the host explains each one; returns the misses (all explained)."""
     seen = judge_misses(cycles, waits, period_ms, before)
-    stream = sum(1 if m["kind"] == "late" else int(m["kind"].split()[0]) for m in seen)
+    stream = sum(m["ticks"] for m in seen)
     assert counted <= stream, f"/diagnostics counts {counted} deadline misses, ~/cycle shows {stream}: {seen[:5]}"
     assert waits.available or not seen, f"{len(seen)} misses and no /proc schedstat to judge them: {seen[:5]}"
     bad = [m for m in seen if not m["host"]]
