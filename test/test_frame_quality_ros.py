@@ -9,6 +9,7 @@ Helpers: ros_helpers.py, fixtures: conftest.py."""
 
 from __future__ import annotations
 
+import bisect
 import time
 
 import pytest
@@ -25,6 +26,10 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 SPELLS = list(zip(fq.DEGRADATIONS, [(30, 50), (65, 85), (100, 118), (133, 151), (166, 184), (199, 211)]))
 DETECT = 3  # frames a spell may take to trip (the issue's target), and to clear after it
+# ... counted in frames the camera processed: the hysteresis counts those, and a loaded host's camera process skips
+# frames (KEEP_LAST: under slow_host.sh -f 3 a blur spell still held on the 6th bag frame after it, 190, because few
+# of 184..189 were processed). The frames the cycles name are processed ones, so a verdict is judged once DETECT of
+# them came since the spell's start (or end): the same as counting bag frames when none is skipped.
 
 
 def _diagnostics(lst):
@@ -78,6 +83,11 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
 
     on_bag = [(index[int(v["frame_stamp_ns"])], v) for v in cycles if int(v["frame_stamp_ns"]) in index]
     assert on_bag, "no cycle on the bag's frames"  # how many: the host's speed (every spell is checked below)
+    processed = sorted({k for k, _ in on_bag})  # bag frames the camera processed, as far as the cycles show
+
+    def since(a, k):  # processed frames in [a, k)
+        return bisect.bisect_left(processed, k) - bisect.bisect_left(processed, a)
+
     wrong = []
     for k, v in on_bag:
         kind = schedule.get(k)
@@ -91,13 +101,13 @@ def test_a_degraded_bag_gives_frame_quality_fallbacks_and_diagnostics_levels(dom
             # stale_frame: the replay stalled past max_frame_age_ms on the frame (a loaded host: a fresh-clone run
             # had 5 such cycles on one frame), a fallback that is checked first and admits nothing either
             caught = v["reason"] == "stale_frame" or (v["reason"] == "frame_quality" and named)
-            if k >= spell[0] + DETECT and not caught:
+            if since(spell[0], k) >= DETECT and not caught:
                 wrong.append((k, kind, v["reason"], v["frame_quality"]))
             if v["reason"] == "frame_quality" and v["source"] != "fallback":
                 wrong.append((k, kind, "not a fallback", v["source"]))
         else:
             after = max((b for _, (a, b) in SPELLS if b <= k), default=-100)
-            if k >= after + DETECT and v["reason"] == "frame_quality":
+            if since(after, k) >= DETECT and v["reason"] == "frame_quality":
                 wrong.append((k, "good", v["reason"], v["frame_quality"]))
     assert not wrong, wrong[:20]
     seen = {fq.EXPECTED[schedule[k]] for k, v in on_bag if k in schedule and v["reason"] == "frame_quality"}
