@@ -36,6 +36,10 @@
 #                                                                                          -> $OUT/cb_base_<kind>.json
 #   peers  torch.compile + CUDA graphs peer (.device/peers/torch_peer.py, SHAPE of PRESET, HEAD_ROWS=256), bf16 and
 #          WEIGHTS=int4                                                           -> $OUT/torch_peer_<shape>_<w>.txt
+#   textspeed the prompt and text paths (bench/text_speed.py: load_prompt of TS_PROMPT (352) tokens, text prefill, greedy
+#          tokens/s) per kind in TS_KINDS (default "bf16 awq") of PRESET (models first), on this tree and on BASE when
+#          it exists; then vla-edge-generate --backend cuda itself (256 tokens, capture included)
+#                                                                                 -> $OUT/ts_<preset>_<kind>[_base].json
 #   dmicro the persistent decode pass (dev/cuda/decode_persistent.cu) against the per-op chain, per kind in DM_KINDS
 #          (default "awq bf16"), variants DM_VARIANTS (default all), DM_SMS confines (0: whole GPU)
 #                                                                                          -> $OUT/dm_<preset>_<kind>.json
@@ -116,6 +120,23 @@ for step in ${STEPS:-tests models bench peers}; do
     say "torch peer int4 (tinygemm), SHAPE=$shape HEAD_ROWS=256"
     SHAPE=$shape WEIGHTS=int4 HEAD_ROWS=256 timeout 300 $PY .device/peers/torch_peer.py 4072 2>&1 | grep RESULTS \
       | tee "$OUT/torch_peer_${shape}_int4.txt" ;;
+  textspeed)
+    for k in ${TS_KINDS:-bf16 awq}; do
+      say "text_speed $k ($PRESET)"
+      timeout 200 $PY bench/text_speed.py --model "$M/$k" --prompt "${TS_PROMPT:-352}" --json "$OUT/ts_${PRESET}_$k.json" \
+        2>&1 | grep -E "TEXT_SPEED|Error|error"
+      if [ -d "${BASE:-.device/base}" ]; then
+        say "text_speed $k ($PRESET), base tree ${BASE:-.device/base}"
+        timeout 200 $PY bench/text_speed.py --tree "${BASE:-.device/base}" --model "$M/$k" --tag base \
+          --prompt "${TS_PROMPT:-352}" --json "$OUT/ts_${PRESET}_${k}_base.json" 2>&1 | grep -E "TEXT_SPEED|Error|error"
+      fi
+      say "vla-edge-generate --backend cuda $k ($PRESET), 256 tokens"
+      ids=$($PY -c "import numpy as np; print(','.join(map(str, np.random.default_rng(1).integers(0, 150000, 32))))")
+      timeout 200 $PY -m vla_edge_ros.tools.generate --model "$M/$k" --backend cuda --prompt-ids "$ids" --tokens 256 \
+        --no-stop --json 2>&1 | $PY -c "import json,sys; t=sys.stdin.read(); i=t.find('{'); \
+r=json.loads(t[i:]) if i >= 0 else {}; print('GENERATE', {k: v for k, v in r.items() if k not in ('ids', 'text', 'prompt_ids')} \
+if r else t[-2000:])"
+    done ;;
   dmicro)
     for k in ${DM_KINDS:-awq bf16}; do
       say "decode_micro $k"

@@ -190,6 +190,39 @@ def test_tiny_semantic_policy_and_reordered_positions(tmp_path_factory, kind):
         kv.set_embedding(fid, rr.pooled)
 
 
+@pytest.mark.parametrize("kind", ["bf16", "awq-parallel", "awq-parallel-k7-state"])
+def test_prompts_of_several_blocks_and_text_between_them_match_reference(tmp_path_factory, kind):
+    """The prompt's prefill runs as a CUDA graph a 32-row block, queued without a host sync between blocks (issue 41
+    item 4): prompts of 75 (32 + 32 + 11) and 40 (32 + 8) tokens, each followed by chunks compared with the
+    reference, with text calls between them (one token through the one-token graph, a 40-token block). The text
+    path's slot == position order must not outlive the next prompt, nor the chunk's order the next text call."""
+    from vla_edge_ros.cuda.backend import CudaBackend
+    from vla_edge_ros.eviction import make_policy
+    from vla_edge_ros.kv_cache import KvCache
+
+    tiny = tiny_weights(tmp_path_factory, kind)
+    cap, V = 512, tiny.cfg.vocab_size
+    rng = np.random.default_rng(7)
+    gpu, ref = CudaBackend(tiny, cap), ReferenceModel(tiny, cap)
+    for P in (75, 40, 75):
+        prompt = rng.integers(0, V, P)
+        kv = KvCache(cap, P, make_policy("semantic"), action_tokens=tiny.cfg.action_tokens,
+                     state_tokens=tiny.cfg.state_tokens)
+        gpu.load_prompt(prompt, kv.prompt_slots)
+        ref.load_prompt(prompt, kv.prompt_slots)
+        for fid in range(4):
+            plan = kv.plan_frame(fid)
+            frame = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
+            rg, rr = run_both(gpu, ref, frame, plan, int(rng.integers(0, V)), chunk_state(tiny, rng))
+            compare_chunk(rg, rr)
+            kv.set_embedding(fid, rr.pooled)
+        text = rng.integers(0, V, 41)
+        got = [gpu.text_logits(text[:40], 0, last_only=True), gpu.text_logits(text[40:], 40)]
+        want = [ref.text_logits(text[:40], 0, last_only=True), ref.text_logits(text[40:], 40)]
+        text_compare(np.concatenate(got), np.concatenate(want))
+    assert sorted(gpu._block_graphs) == [8, 11, 32]  # a graph per block size, captured once
+
+
 # ------------------------------------------------------------------ the published Qwen2.5 shapes (issue 27)
 # Every kernel shape of the 0.5B (hidden 896, head_dim 64, 14/2 heads, FFN 4864) and the 3B (2048, 128, 16/2, 11008)
 # with the full 151936-row vocabulary, at 2 layers (the kernels do not see the depth; the full-depth 0.5B runs below)

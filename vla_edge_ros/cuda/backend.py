@@ -26,13 +26,16 @@ kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the pref
 the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
 
+Prompt (``load_prompt``, an instruction change) and text prefill: blocks of 32 rows through the same layers, each
+block one CUDA graph (captured once per block size) launched after an H2D copy of its rows and params from pinned
+staging, so a long prompt is queued without a host sync between blocks.
 Text (``text_logits``, for vla-edge-generate and the real-weight gates): full-vocabulary logits of a token sequence,
-outside the chunk graph (plain and PDL launches on the same stream): prefill in blocks of 32 rows through the same
-layers, decode (one token) through the GEMV pass, the full LM head (all V rows, bf16) through the bf16 prefill GEMM
-or, for one token, the head GEMV. The head and its logits buffer (vram_plan.text_head_bytes: 0.28 GiB for the 0.5B
-shape) are uploaded on the first text_logits call, so the robot chunk's VRAM plan does not change. Text shares the KV
-cache with the robot chunk (slot == position): a text call overwrites slots start..start+T-1, so load the prompt
-again before the next run_chunk.
+outside the chunk graph: prefill in those blocks, decode (one token) as one graph (the GEMV pass and the full head
+GEMV, logits back into pinned memory), the full LM head (all V rows, bf16) of a block through the bf16 prefill GEMM.
+The head and its logits buffer (vram_plan.text_head_bytes: 0.28 GiB for the 0.5B shape) are uploaded on the first
+text_logits call, so the robot chunk's VRAM plan does not change. Text shares the KV cache with the robot chunk
+(slot == position): a text call overwrites slots start..start+T-1, so load the prompt again before the next
+run_chunk.
 """
 from __future__ import annotations
 
@@ -119,6 +122,9 @@ class CudaBackend:
         self._peak = 0
         self._note_peak()
         self.graph = None
+        self._block_graphs: dict[int, object] = {}  # a prompt / text prefill block of T rows -> its graph
+        self._stage = None  # pinned host rows and params of a call's prefill blocks (_block_staging)
+        self._order_identity = False  # the device's order table is slot == position (the text path's)
         self.last_pass_ms: list[float] = []
 
     # ------------------------------------------------------------------------------------ uploads
@@ -177,6 +183,7 @@ class CudaBackend:
         self.cos.set(cos)
         self.sin.set(sin)
         lay, nin = in_layout(self.H, cap)
+        self._in_lay = lay
         self.in_host = cupyx.empty_pinned(nin, np.uint8)
         self.in_host[:] = 0
         self.frame_dev = self.in_dev[lay["frame"]:lay["order"]]
@@ -333,18 +340,24 @@ class CudaBackend:
                        s.ptr)
         self.launch.barrier()
 
-    def _capture(self):
+    def _captured(self, enqueue):
+        """A CUDA graph of what ``enqueue`` launches on the stream (captured, instantiated and uploaded)."""
         s = self.stream
         s.synchronize()
         self.launch.barrier()
         s.begin_capture()
         try:
-            self._enqueue_chunk()
+            enqueue()
         finally:
-            self.graph = s.end_capture()
-        if hasattr(self.graph, "upload"):
-            self.graph.upload(s)
+            g = s.end_capture()
+            self.launch.barrier()  # the first launch after a graph is a plain one
+        if hasattr(g, "upload"):
+            g.upload(s)
         s.synchronize()
+        return g
+
+    def _capture(self):
+        self.graph = self._captured(self._enqueue_chunk)
 
     # --------------------------------------------------------------------------------- the protocol
     def _set_order(self, order: np.ndarray):
@@ -356,6 +369,7 @@ class CudaBackend:
             raise ValueError("slot out of range")
         self.h_order[:n] = order
         self.h_order[n:] = 0
+        self._order_identity = False
 
     def load_prompt(self, token_ids: np.ndarray, slots: np.ndarray) -> None:
         token_ids = np.asarray(token_ids, dtype=np.int64)
@@ -365,27 +379,67 @@ class CudaBackend:
         s = self.stream
         s.synchronize()
         self._set_order(slots)
-        emb = bf16_to_f32(self.embed_host[token_ids])
-        with s:
-            for b0 in range(0, len(token_ids), VISION_TOKENS):
-                self._prefill_rows(emb[b0:b0 + VISION_TOKENS], b0)
-                s.synchronize()
+        self._upload_inputs()
+        if len(token_ids):
+            self._prefill_blocks(bf16_to_f32(self.embed_host[token_ids]), 0)
+        s.synchronize()
         self._note_peak()
 
-    def _prefill_rows(self, emb: np.ndarray, position: int) -> None:
-        """Rows `emb` (float32 [T <= 32, H]) through every layer at positions position.. (slots from the order table
-        already set), their KV written: the prompt's and the text path's prefill block (plain launches)."""
-        T = len(emb)
-        self.h_params[0] = position
-        self.h_params[1] = -1
-        x = np.zeros(self.x_pre.shape, np.float32)
-        x[:T] = emb
-        self.x_pre.set(x, stream=self.stream)
+    def _upload_inputs(self):
+        """The whole input block (the order table, params, start row) to the device, on the stream."""
         rt = cupy.cuda.runtime
         rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes, rt.memcpyHostToDevice,
                        self.stream.ptr)
-        self.launch.barrier()
-        self._prefill_layers(T, T)
+
+    def _block_staging(self, T: int, n: int):
+        """Pinned host rows (float32 [>= T, H]) and params (int32 [>= n, 4]) of one call's prefill blocks: each block
+        is copied from them by its own H2D copy, so the host never waits for a block before queueing the next. Grown
+        when a call needs more; reused once the previous call has synchronized."""
+        st = self._stage
+        if st is None or st[0].shape[0] < T or st[1].shape[0] < n:
+            rows = max(T, st[0].shape[0] if st else 0)
+            st = self._stage = (cupyx.empty_pinned((rows, self.H), np.float32),
+                                cupyx.empty_pinned((-(-rows // VISION_TOKENS), 4), np.int32))
+        return st
+
+    def _block_graph(self, T: int):
+        """The prefill of one block of T <= 32 rows (x_pre rows 0..T-1 at positions params[0].., their K/V written
+        into the slots the order table gives) as one CUDA graph, captured on first use for each T: x_pre's rows T..
+        zeroed, then every layer. A long prompt is then a graph launch a block with no host sync between blocks,
+        not 9 host launches a layer a block (BENCHMARKS.md "Prompt and text paths")."""
+        g = self._block_graphs.get(T)
+        if g is None:
+            rt, row = cupy.cuda.runtime, 4 * self.H
+
+            def enqueue():
+                rt.memsetAsync(self.x_pre.data.ptr + T * row, 0, self.x_pre.nbytes - T * row, self.stream.ptr)
+                self._prefill_layers(T, T)
+
+            g = self._block_graphs[T] = self._captured(enqueue)
+        return g
+
+    def _prefill_blocks(self, emb: np.ndarray, position: int, after_block=None) -> None:
+        """Rows ``emb`` (float32 [T, H]) through every layer at positions position.., 32 rows a block (the order table
+        already on the device), their KV written: the prompt's and the text path's prefill. Per block: its rows and
+        params copied from pinned staging, then its graph; ``after_block(b0, Tb)`` (the text head) runs after each
+        block's graph is queued. Returns with the work queued, not done."""
+        T, blk = len(emb), VISION_TOKENS
+        n = -(-T // blk)
+        xs, ps = self._block_staging(T, n)
+        xs[:T] = emb
+        ps[:n, 0] = position + blk * np.arange(n)
+        ps[:n, 1] = -1
+        ps[:n, 2:] = 0
+        rt, s, row = cupy.cuda.runtime, self.stream, 4 * self.H
+        for b in range(n):
+            b0 = b * blk
+            Tb = min(blk, T - b0)
+            g = self._block_graph(Tb)
+            rt.memcpyAsync(self.x_pre.data.ptr, xs.ctypes.data + b0 * row, Tb * row, rt.memcpyHostToDevice, s.ptr)
+            rt.memcpyAsync(self.params_dev.data.ptr, ps.ctypes.data + 16 * b, 16, rt.memcpyHostToDevice, s.ptr)
+            g.launch(s)
+            if after_block is not None:
+                after_block(b0, Tb)
 
     def _fill_inputs(self, frame, plan, start_token, state=None):
         frame = np.asarray(frame)
@@ -436,7 +490,7 @@ class CudaBackend:
             res.logits = cupy.asnumpy(self.logits)
         return res
 
-    # --------------------------------------------------------------------------------- text (not in the graph)
+    # --------------------------------------------------------------------------------- text (not in the chunk's graph)
     def _text_setup(self):
         """The full LM head on the device (padded to TEXT_ROWS_ALIGN rows with zeros), its logits buffer and the
         head's scratch (ticket, argmax outputs): allocated on the first text_logits call only."""
@@ -453,21 +507,44 @@ class CudaBackend:
             "logits": cp.zeros((rows, vp), cp.float32), "ticket": cp.zeros(1, cp.int32),
             "tokidx": cp.zeros(1, cp.int32), "tokens": cp.zeros(ACTION_TOKENS, cp.int32),
             "bytes": text_head_bytes(self.cfg, rows),
+            "row_host": cupyx.empty_pinned(V, np.float32), "decode_graph": None,  # the one-token graph's output
         }
         self._note_peak()
         return self._text
 
-    def _text_decode(self, pos: int):
-        """One token (its embedding row in start_dev) at position pos (params[0] = pos; slot pos) through the decode
-        GEMV pass."""
-        embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, self.H, self.xdec, run=self.launch)
-        self._decode_layers(0)
+    def _text_decode_graph(self):
+        """One text token as one CUDA graph, captured on the first call: the params and start row to the device (from
+        the pinned input block), the embedding row, the decode GEMV pass at position params[0] (slot = position), the
+        full head GEMV and the logits back into pinned memory. A token is then one launch and one sync, not 5 host
+        launches a layer (BENCHMARKS.md "Prompt and text paths")."""
+        tx = self._text_setup()
+        if tx["decode_graph"] is None:
+            rt, s, lay = cupy.cuda.runtime, self.stream, self._in_lay
+            o, n = lay["params"], lay["start"] + 2 * self.H - lay["params"]
+            V = self.cfg.vocab_size
+            eps = f32(self.cfg.rms_norm_eps)
+
+            def enqueue():
+                rt.memcpyAsync(self.in_dev.data.ptr + o, self.in_host.ctypes.data + o, n, rt.memcpyHostToDevice,
+                               s.ptr)
+                embed_gather(self.k, self.emb_act, self.start_dev, self.tokidx_dev, self.H, self.xdec,
+                             run=self.launch)
+                self._decode_layers(0)
+                self.launch.barrier()
+                lm_head_argmax(self.k, self.xdec, self.norm, eps, self.H, tx["head"], tx["logits"][0], tx["ticket"],
+                               tx["tokidx"], tx["tokens"], 0, 0, run=self.launch)
+                rt.memcpyAsync(tx["row_host"].ctypes.data, tx["logits"].data.ptr, 4 * V, rt.memcpyDeviceToHost,
+                               s.ptr)
+
+            tx["decode_graph"] = self._captured(enqueue)
+        return tx["decode_graph"]
 
     def text_logits(self, token_ids, start: int, last_only: bool = False) -> np.ndarray:
         """Full-vocabulary logits (float32 [T, V], or [1, V] with last_only) of tokens token_ids at positions start ..
         start+T-1, slot == position (identity order); each token attends causally to positions 0 .. its own; start 0
         begins a new text (the twin: ReferenceModel.text_logits). Needs start + T <= capacity. T == 1 runs the decode
-        GEMV pass and the head GEMV; longer runs go through the prefill in blocks of 32 rows and the bf16 GEMM head."""
+        GEMV pass and the head GEMV (one graph); longer runs go through the prefill in blocks of 32 rows (a graph a
+        block) and the bf16 GEMM head."""
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         T, start = len(ids), int(start)
         V = self.cfg.vocab_size
@@ -476,43 +553,39 @@ class CudaBackend:
         if ids.min() < 0 or ids.max() >= V:
             raise ValueError(f"token id out of range 0..{V - 1}")
         tx = self._text_setup()
-        s, rt = self.stream, cupy.cuda.runtime
+        s = self.stream
         s.synchronize()
-        self._set_order(np.arange(self.capacity, dtype=np.int32))
+        if not self._order_identity:  # after a chunk or a prompt: slot == position again
+            self._set_order(np.arange(self.capacity, dtype=np.int32))
+            self._upload_inputs()
+            self._order_identity = True
         eps = f32(self.cfg.rms_norm_eps)
         out = np.empty((1 if last_only else T, V), np.float32)
+        if T == 1:
+            graph = self._text_decode_graph()
+            self.h_params[0] = start
+            self.h_params[1] = -1  # embed_gather takes the start row
+            self.h_start[:] = self.embed_host[int(ids[0])]
+            graph.launch(s)
+            s.synchronize()
+            out[0] = tx["row_host"]
+            self._note_peak()
+            return out
+
+        def head(b0, Tb):
+            if last_only and b0 + Tb < T:
+                return
+            rmsnorm_bf16(self.k, self.x_pre, self.norm, eps, self.H, Tb, self.xb, run=self.launch, dependent=False)
+            tx["gemm"](self.xb, tx["head"], tx["vp"], self.H, "store", Y=tx["logits"], run=self.launch)
+            res = tx["logits"][:Tb, :V].get(stream=s)
+            s.synchronize()
+            if last_only:
+                out[0] = res[Tb - 1]
+            else:
+                out[b0:b0 + Tb] = res
+
         with s:
-            if T == 1:
-                self.h_params[0] = start
-                self.h_params[1] = -1  # embed_gather takes the start row
-                self.h_start[:] = self.embed_host[int(ids[0])]
-                rt.memcpyAsync(self.in_dev.data.ptr, self.in_host.ctypes.data, self.in_dev.nbytes,
-                               rt.memcpyHostToDevice, s.ptr)
-                self.launch.barrier()
-                self._text_decode(start)
-                self.launch.barrier()
-                lm_head_argmax(self.k, self.xdec, self.norm, eps, self.H, tx["head"], tx["logits"][0], tx["ticket"],
-                               tx["tokidx"], tx["tokens"], 0, 0, run=self.launch)
-                out[0] = tx["logits"][0, :V].get(stream=s)
-                s.synchronize()
-                self._note_peak()
-                return out
-            emb = bf16_to_f32(self.embed_host[ids])
-            blk = VISION_TOKENS
-            for b0 in range(0, T, blk):
-                Tb = min(blk, T - b0)
-                self._prefill_rows(emb[b0:b0 + Tb], start + b0)
-                if last_only and b0 + Tb < T:
-                    continue
-                rmsnorm_bf16(self.k, self.x_pre, self.norm, eps, self.H, Tb, self.xb, run=self.launch,
-                             dependent=False)
-                tx["gemm"](self.xb, tx["head"], tx["vp"], self.H, "store", Y=tx["logits"], run=self.launch)
-                res = tx["logits"][:Tb, :V].get(stream=s)
-                s.synchronize()
-                if last_only:
-                    out[0] = res[Tb - 1]
-                else:
-                    out[b0:b0 + Tb] = res
+            self._prefill_blocks(bf16_to_f32(self.embed_host[ids]), start, after_block=head)
         s.synchronize()
         self._note_peak()
         return out
