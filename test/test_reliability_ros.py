@@ -374,6 +374,11 @@ def test_nothing_is_written_outside_the_declared_outputs(domain, tmp_path, micro
             replay = subprocess.Popen([sys.executable, "-m", "vla_edge_ros.tools.replay", str(bag), "--duration", "3"],
                                       env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             started += [node, replay]
+            if "make_tiny_model:=true" in args:  # the node writes the model before it subscribes: on a slow host that
+                # took longer than the 3 s replay (a slow_host.sh -f 3 pass stopped the node before config.json)
+                t_end = time.monotonic() + 120
+                while not (cache / "tiny-seed0" / "config.json").is_file() and time.monotonic() < t_end:
+                    time.sleep(0.2)
             replay.wait(60)
             time.sleep(0.5)
             node.send_signal(2)

@@ -483,5 +483,7 @@ def test_demo_runs_on_cpu(domain, tmp_path):
         assert needle in out, out
     assert "[demo] model " in out and "measured here" in out, out  # the one line saying what it chose and why
     rate = float(out.split("action rate")[1].split("Hz")[0])
-    assert abs(rate - 1000.0 / period) <= 0.1 * 1000.0 / period, out
+    # +- 10 %, and one cycle more or fewer in the 3 s window (at the 320 ms period of a slow host, 8 cycles instead of
+    # 9 are 11 % off by themselves)
+    assert abs(rate - 1000.0 / period) <= 0.1 * 1000.0 / period + 1.0 / 3.0, out
     assert int(out.split("model actions")[1].split()[0]) > 0, out

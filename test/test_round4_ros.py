@@ -276,7 +276,10 @@ def test_frame_stamps_far_from_the_clock_are_sent_as_now(domain, tmp_path, procs
         assert sent and all(abs(s - now) < 10e9 and s not in published for s in sent), (phase, sent[:3])
     published, sent = phases["50 ms old"]
     assert sent and sum(s in published for s in sent) >= 0.8 * len(sent), sent[:3]
-    assert int(d["stamps_replaced"]) >= 20, d["stamps_replaced"]
+    # every action seen in the far phases replaced its frame's stamp (how many there are is the host's speed: 19 in a
+    # slow_host.sh -f 3 pass, where a fixed 20 was asked)
+    far = len(phases["2038"][1]) + len(phases["epoch 0"][1])
+    assert int(d["stamps_replaced"]) >= max(far, 1), (d["stamps_replaced"], far)
 
 
 def test_sim_time_without_a_clock_is_a_warning(domain, tmp_path, procs, micro_model):
