@@ -188,6 +188,33 @@ def test_a_probe_that_fits_its_budget_is_followed_by_another_at_once(engine):
     assert kinds[4] == "probe", kinds  # the first probe fitted: the very next refused cycle probes again
 
 
+def test_probes_that_fail_non_finite_still_teach_the_chunk_cost(tmp_path):
+    """A model that overflows on every frame: each chunk raises NonFiniteOutput after running to its end, a real
+    cost. A probe that fails so still measures the chunk: the next refused cycle probes again, the estimate comes
+    down, and chunks are admitted again (each a non_finite fallback). In a fresh-clone run the node refused for a
+    minute after one slow chunk: failed probes taught nothing and backed off (test_robot_output_ros saw 1 non_finite
+    fallback in 60 s)."""
+    from overflow_models import make_overflow_model
+
+    eng = Engine(make_overflow_model(str(tmp_path / "m"), "final_norm"), backend="numpy", kv_capacity_tokens=512)
+    try:
+        cyc, fb = make_cycle(eng, period_ms=1000.0, margin_ms=2.0, probe_after=30, warm=False)
+        cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))
+        kinds = []
+        for i in range(40):
+            fb.publish(frame(i), stamp_ns=i)
+            out = cyc.tick()
+            cyc.drain(timeout=5.0)
+            kinds.append("probe" if out.probe else out.reason)
+            if out.reason == "non_finite":
+                break
+        assert kinds[:5] == ["refused", "refused", "refused", "probe", "probe"], kinds
+        assert kinds[-1] == "non_finite", kinds
+        assert cyc.non_finite >= 3
+    finally:
+        eng.close()
+
+
 def test_cold_without_measurements(engine):
     cyc, fb = make_cycle(engine, warm=False)
     fb.publish(frame(1), stamp_ns=1)

@@ -610,13 +610,19 @@ class ReasoningCycle:
         try:
             res = fut.result()
         except Exception as e:  # noqa: BLE001
+            # a non-finite chunk ran to its end (the check is on its output): its timings are a measurement, so a
+            # model that overflows on every frame still teaches its cost (else one slow chunk kept the estimate over
+            # the budget for good: every probe failed, taught nothing and backed off)
+            timings = e.timings if isinstance(e, NonFiniteOutput) else None
             if isinstance(e, NonFiniteOutput):
                 self.non_finite += 1
             else:
                 self.engine_errors += 1
             out.late_error = f"{type(e).__name__}: {e}"
+            if timings is not None:
+                self._learn(timings)
             if probe_budget is not None:
-                self._next_probe_gap(fitted=False)
+                self._next_probe_gap(fitted=timings is not None and timings.total_ms <= probe_budget)
             return
         if probe_budget is not None:
             self._next_probe_gap(fitted=res.timings.total_ms <= probe_budget)
