@@ -80,7 +80,9 @@ def test_the_acceleration_limit_holds_across_every_gap(domain, tmp_path, procs, 
         lst.close()
     assert node.stop() == 0, node.output()[-3000:]
 
-    assert max(abs(x) for _, c in acts for x in c) > 10 * bound, "the commands never moved"
+    # the ramp went past a few steps (else the checks below pass on commands that never moved); how far it gets
+    # between fallbacks (a zero restarts it) is the host's speed: 7.9 steps at most in a slow_host.sh -f 3 pass
+    assert max(abs(x) for _, c in acts for x in c) > 3 * bound, "the commands never moved"
     bad = []
     prev = [0.0] * 6
     for i, (t, c) in enumerate(acts):
