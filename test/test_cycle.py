@@ -170,20 +170,28 @@ def test_probes_come_quickly_then_back_off_while_refusing(engine):
     assert out.probe and run == 3
 
 
-def test_a_probe_that_fits_its_budget_is_followed_by_another_at_once(engine):
-    """A probe that fitted the budget it was refused with: the next refused cycle probes again (the EMAs then come
-    down within a few cycles instead of one step per backed-off probe)."""
+def probes_from_a_high_estimate(engine, ticks: int, until: str):
+    """A 1 s cycle whose estimate starts at 5 s (every chunk refused, probes from the third refusal): what each of up to
+    `ticks` ticks (a new frame each, the engine drained) was, "probe" or its reason, up to the first `until`; and
+    the cycle."""
     cyc, fb = make_cycle(engine, period_ms=1000.0, margin_ms=2.0, probe_after=30, warm=False)
-    # an estimate far above the budget, but the real chunk (tiny model, 4 frames) fits 998 ms on any host
     cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))
     kinds = []
-    for i in range(8):
+    for i in range(ticks):
         fb.publish(frame(i), stamp_ns=i)
         out = cyc.tick()
         cyc.drain(timeout=5.0)
         kinds.append("probe" if out.probe else out.reason)
-        if out.reason == "fresh":
+        if out.reason == until:
             break
+    return kinds, cyc
+
+
+def test_a_probe_that_fits_its_budget_is_followed_by_another_at_once(engine):
+    """A probe that fitted the budget it was refused with: the next refused cycle probes again (the EMAs then come
+    down within a few cycles instead of one step per backed-off probe)."""
+    # an estimate far above the budget, but the real chunk (tiny model, 4 frames) fits 998 ms on any host
+    kinds, _ = probes_from_a_high_estimate(engine, 8, until="fresh")
     assert kinds[:4] == ["refused", "refused", "refused", "probe"], kinds
     assert kinds[4] == "probe", kinds  # the first probe fitted: the very next refused cycle probes again
 
@@ -198,16 +206,7 @@ def test_probes_that_fail_non_finite_still_teach_the_chunk_cost(tmp_path):
 
     eng = Engine(make_overflow_model(str(tmp_path / "m"), "final_norm"), backend="numpy", kv_capacity_tokens=512)
     try:
-        cyc, fb = make_cycle(eng, period_ms=1000.0, margin_ms=2.0, probe_after=30, warm=False)
-        cyc.admission.update(PhaseTimings(vision_ms=0.0, prefill_ms=0.0, decode_ms=0.0, total_ms=5000.0))
-        kinds = []
-        for i in range(40):
-            fb.publish(frame(i), stamp_ns=i)
-            out = cyc.tick()
-            cyc.drain(timeout=5.0)
-            kinds.append("probe" if out.probe else out.reason)
-            if out.reason == "non_finite":
-                break
+        kinds, cyc = probes_from_a_high_estimate(eng, 40, until="non_finite")
         assert kinds[:5] == ["refused", "refused", "refused", "probe", "probe"], kinds
         assert kinds[-1] == "non_finite", kinds
         assert cyc.non_finite >= 3
