@@ -66,7 +66,7 @@ def test_transitions_through_the_lifecycle_services(domain, tmp_path, procs, mic
         assert lc.set(Transition.TRANSITION_ACTIVATE) and lc.state() == "active"
         t0 = time.monotonic()
         time.sleep(2.0)
-        ok, why = cadence(lst.actions_between(t0 + 0.5, time.monotonic()))
+        ok, why = cadence(lst.actions_between(t0 + 0.5, time.monotonic()), cycles=lst.all_cycles())
         assert ok, why
 
         # deactivate: one zero action (reason inactive), then silence; the engine stays warm

@@ -90,7 +90,7 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
         # possible values: applied while running
         t0 = time.monotonic()
         time.sleep(2.0)
-        ok, why = cadence(lst.actions_between(t0, time.monotonic()))
+        ok, why = cadence(lst.actions_between(t0, time.monotonic()), cycles=lst.all_cycles())
         assert ok, why
         rs = _set(client, lst.node, period_ms=50.0, ema_alpha=0.5, tail_k=1.0, fallback="hold",
                   max_frame_age_ms=150.0)
@@ -102,7 +102,7 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
         t1 = time.monotonic()
         time.sleep(3.0)
         t2 = time.monotonic()
-        ok, why = cadence(lst.actions_between(t1, t2), 50.0)
+        ok, why = cadence(lst.actions_between(t1, t2), 50.0, cycles=lst.all_cycles())
         assert ok, f"period_ms 50: {why}"
         lst.wait_for(lambda: lst.diags and float(lst.diags[-1][1]["period_ms"]) == 50.0, 5, "period in /diagnostics")
         # margin and period together, checked against each other. The new period is one this host keeps (the plumbing
@@ -114,7 +114,7 @@ def test_parameters_at_run_time_through_a_parameter_client(domain, tmp_path, pro
         time.sleep(1.0)
         t3 = time.monotonic()
         time.sleep(3.0)
-        ok, why = cadence(lst.actions_between(t3, time.monotonic()), p2)
+        ok, why = cadence(lst.actions_between(t3, time.monotonic()), p2, cycles=lst.all_cycles())
         assert ok, f"period_ms {p2:g}: {why}"
         cyc = lst.cycles_between(t3, time.monotonic())
         assert cyc and all(float(v["cycle_ms"]) <= p2 + 3.0 for _, v, _ in cyc if v["late"] == "False")
@@ -186,7 +186,7 @@ def test_camera_flood_at_240_hz(domain, tmp_path, procs, micro_model):
             stamped = [(ts, d) for ts, (_, d) in zip(lst.diag_stamps, lst.diags) if "frames_received" in d]
         assert node.alive(), node.output()[-3000:]
         acts = lst.actions_between(t0, t1)
-        ok, why = cadence(acts)
+        ok, why = cadence(acts, cycles=lst.all_cycles())
         assert ok, f"under the flood: {why}"
         cyc = lst.cycles_between(t0, t1)
         r = reasons(cyc)
@@ -421,9 +421,12 @@ def test_soak_20_seconds(domain, tmp_path):
     # (refused without the privilege, then a warning). The tool's own default verdict allows no miss at all; on CI's
     # 2 shared cores, with other tests' processes starting and stopping, one late cycle in ~1,400 was still seen
     # (37 ms, 2 of 4 full runs): this CI check allows up to 3 in 1,000 and still fails a stall or a systematic lag.
-    # a 30 Hz camera: a 60 Hz replay process alone fell to ~37 Hz on a ~3x slower host
+    # a 15 Hz camera: under slow_host.sh -f 3 a 60 Hz replay process fell to ~37 Hz, a 30 Hz one to 13.75 Hz (the
+    # node at SCHED_FIFO beside it); the camera's rate is the replay's and the host's, what is judged here is the node
+    fps = 15.0
     r = subprocess.run([sys.executable, "-m", "vla_edge_ros.tools.soak", "--seconds", str(seconds),
-                        "--warmup", str(warmup), "--preset", "micro", "--fps", "30", "-p", "realtime_priority:=10",
+                        "--warmup", str(warmup), "--preset", "micro", "--fps", f"{fps:g}",
+                        "-p", "realtime_priority:=10",
                         "-p", f"period_ms:={period}",
                         "--max-miss-rate", str(MAX_CI_MISS_RATE), "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
@@ -433,9 +436,9 @@ def test_soak_20_seconds(domain, tmp_path):
     cycles_expected = seconds * 1000.0 / period
     assert s["cycles"] > 0.8 * cycles_expected, (s["cycles"], cycles_expected)
     assert s["cycles_after_warmup"] > 0.6 * cycles_expected
-    assert 0.6 * 30.0 <= s["camera_rate_hz"] <= 1.2 * 30.0  # the 30 Hz replay arrives, and is reported as such
+    assert 0.6 * fps <= s["camera_rate_hz"] <= 1.2 * fps  # the replay's rate arrives, and is reported as such
     q = s["frame_quality"]  # the camera-quality counts at the end (cumulative): every frame received was checked
-    assert q["checks"] == "on" and q["frames_checked"] >= 0.5 * 30.0 * seconds, q
+    assert q["checks"] == "on" and q["frames_checked"] >= 0.5 * fps * seconds, q
     assert "frame quality " in r.stdout and f"{int(q['frames_checked'])} frames checked" in r.stdout
     rows = (out / "samples.csv").read_text().splitlines()
     assert len(rows) >= seconds and rows[0].startswith("t_s,rss_mb,vram_mb")
@@ -601,8 +604,9 @@ def test_8k_frames_do_not_delay_actions(domain, tmp_path, procs, micro_model, ca
         # An 8K message in the control process froze it 270-490 ms (24-47 missed ticks). Run alone: 0 late, 0
         # missed, gap <= 2 periods (BENCHMARKS.md). In full CI runs on 2 cores 2 of 10 executions had a hiccup
         # (83 ms / 1 missed tick; 103 ms / 1 late, 2 missed) with the frames dropped unread in the camera process,
-        # i.e. load on the box, cause not established: the assertion separates a freeze from that.
-        assert late <= 2 and missed <= 4 and gap_ms <= 200.0, (late, missed, gap_ms)
+        # i.e. load on the box, cause not established; 212.8 ms under slow_host.sh -f 3. The assertion separates a
+        # freeze (>= 270 ms on a full-speed host, longer on a slower one) from that.
+        assert late <= 2 and missed <= 6 and gap_ms <= 250.0, (late, missed, gap_ms)
         assert hwm_kb < 250 * 1024  # one 8K message in this process would be 100 MB more
         assert d["camera_process_state"] == "running" and int(d["camera_process_restarts"]) == 0
         assert node.alive()
