@@ -613,9 +613,10 @@ class ReasoningCycle:
             # a non-finite chunk ran to its end (the check is on its output): its timings are a measurement, so a
             # model that overflows on every frame still teaches its cost (else one slow chunk kept the estimate over
             # the budget for good: every probe failed, taught nothing and backed off)
-            timings = e.timings if isinstance(e, NonFiniteOutput) else None
+            timings = None
             if isinstance(e, NonFiniteOutput):
                 self.non_finite += 1
+                timings = e.timings
             else:
                 self.engine_errors += 1
             out.late_error = f"{type(e).__name__}: {e}"
