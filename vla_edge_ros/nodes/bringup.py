@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from ..realtime import set_realtime_priority, tighten_gil_switch
 
@@ -161,6 +162,37 @@ def udp_only_transport() -> tuple[dict, str]:
                       "the camera process"
 
 
+class StopSteps:
+    """How long each step of stopping took, from the signal (or the first step) on: printed as one line on
+    stderr, so a slow stop names the step that held it."""
+
+    def __init__(self) -> None:
+        self.signalled_at: float | None = None
+        self._start: float | None = None
+        self._last = 0.0
+        self._parts: list[str] = []
+        self.cut_short = False
+
+    def signalled(self) -> None:
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
+
+    def step(self, name: str, cut_short: str = "") -> None:
+        """The step ``name`` is over; ``cut_short`` says how, when it did not end by itself (a timeout)."""
+        now = time.monotonic()
+        if self._start is None:
+            self._start = self._last = self.signalled_at if self.signalled_at is not None else now
+        self._parts.append(f"{name} {now - self._last:.2f}" + (f" ({cut_short})" if cut_short else ""))
+        self.cut_short = self.cut_short or bool(cut_short)
+        self._last = now
+
+    def line(self) -> str:
+        since = "the signal" if self.signalled_at is not None else "the stop request"
+        total = self._last - self._start if self._start is not None else 0.0
+        how = "stopped" if not self.cut_short else "stopped, not cleanly,"
+        return f"vla_edge: {how} {total:.2f} s after {since} (seconds per step: {', '.join(self._parts)})"
+
+
 def main(argv=None) -> int:
     if "numpy" not in sys.modules:
         limit_blas_threads()
@@ -168,7 +200,6 @@ def main(argv=None) -> int:
     camera_env, transport_note = udp_only_transport()
     tighten_gil_switch()
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     from ..frame_buffer import FrameBuffer
@@ -186,8 +217,10 @@ def main(argv=None) -> int:
         return EXIT_BAD_PARAMS
     stop = threading.Event()
     nodes: list = []
+    steps = StopSteps()
 
     def _on_signal(signum, frame):
+        steps.signalled()
         stop.set()
         for n in nodes:  # a configure in progress (model load, warm-up) gives up within ~50 ms
             if getattr(n, "abort", None) is not None:
@@ -255,34 +288,33 @@ def main(argv=None) -> int:
     # reasoning thread configures (model, engine, warm-up) and activates the node before it spins; the main
     # thread only waits and watches the camera process, so SIGINT/SIGTERM are handled within ~0.2 s in every state.
     startup: dict = {}
-    executor = SingleThreadedExecutor()
-    executor.add_node(reasoning)
-    thread = threading.Thread(target=_spin, args=(executor, stop, "reasoning", int(reasoning.p.realtime_priority),
-                                                  lambda: _autostart(reasoning, stop, startup)),
-                              name="exec-reasoning", daemon=True)
-    thread.start()
+    spinner = ExecutorThread(reasoning, stop, "reasoning", int(reasoning.p.realtime_priority),
+                             lambda: _autostart(reasoning, stop, startup))
+    spinner.start()
     try:
         while not stop.wait(0.2):
-            if not thread.is_alive() and not stop.is_set():  # a start-up failure sets stop, then the thread ends
+            if not spinner.is_alive() and not stop.is_set():  # a start-up failure sets stop, then the thread ends
                 print("vla_edge: the executor thread stopped unexpectedly", file=sys.stderr, flush=True)
                 break
             camera.poll()
     except KeyboardInterrupt:
         pass
     stop.set()
+    steps.step("wake")
     reasoning.abort.set()
-    # Timers first, then the executor (a tick in flight finishes), and only then the engine: closing the
+    # Timers first, then the executor thread (a tick in flight finishes), and only then the engine: closing the
     # engine under a running tick would turn a clean shutdown into an engine_error fallback.
     reasoning.stop_timers()
-    executor.shutdown(timeout_sec=2.0)
-    thread.join(timeout=2.0)
+    steps.step("executor thread", spinner.finish(timeout=2.0))
     code = 0
     err = startup.get("error")
     if err is not None:
         print(f"vla_edge: {'invalid parameters: ' if isinstance(err, ParamError) else ''}{err}", file=sys.stderr,
               flush=True)
         code = EXIT_BAD_PARAMS if isinstance(err, ParamError) else EXIT_STARTUP
-    _teardown(rclpy, reasoning, camera)
+    _teardown(rclpy, reasoning, camera, steps)
+    if code == 0:  # a start-up failure's one line stays the only one
+        print(steps.line(), file=sys.stderr, flush=True)
     return code
 
 
@@ -325,41 +357,84 @@ def _autostart(reasoning, stop: threading.Event, startup: dict) -> bool:
     return False
 
 
-def _spin(executor, stop: threading.Event, name: str, realtime_priority: int = 0, before=None) -> None:
-    from rclpy.executors import ExternalShutdownException
+class ExecutorThread:
+    """A node's executor on a thread of its own: ``before`` (start-up; False or an exception ends the thread) and
+    then the node's callbacks until ``stop`` is set; ``finish`` ends it.
 
-    if before is not None:
-        try:
-            if not before():
+    Not ``executor.spin()`` ended by ``executor.shutdown()`` from another thread: shutdown() destroys the executor's
+    own wake-up guard condition while the spinning thread may be building its wait set, and that wait then never
+    ends (ros2/rclpy#968; 31 of 300 such stops hung in dev/executor_shutdown_race.py, 0 of 300 this way). Here the
+    thread waits one callback at a time on a guard condition of the node, which lives until the node is destroyed,
+    so a trigger at any moment ends the wait; the executor is shut down only after the thread has left."""
+
+    def __init__(self, node, stop: threading.Event, name: str, realtime_priority: int = 0, before=None) -> None:
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.executor = SingleThreadedExecutor(context=node.context)
+        self.executor.add_node(node)
+        self._wake = node.create_guard_condition(lambda: None)
+        self._stop = stop
+        self._thread = threading.Thread(target=self._run, args=(name, realtime_priority, before), name=f"exec-{name}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def finish(self, timeout: float = 2.0) -> str:
+        """Stop the thread (a callback in flight finishes first) and shut the executor down. Returns "" when the
+        thread left within ``timeout``, else what cut the wait short (the thread is a daemon: the process still
+        ends)."""
+        self._stop.set()
+        self._wake.trigger()
+        self._thread.join(timeout)
+        left = not self._thread.is_alive()
+        self.executor.shutdown(timeout_sec=0.0)
+        return "" if left else f"still running after {timeout:g} s"
+
+    def _run(self, name: str, realtime_priority: int, before) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        if before is not None:
+            try:
+                if not before():
+                    return
+            except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
+                print(f"vla_edge: {name} start-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                self._stop.set()
                 return
+        refused = set_realtime_priority(realtime_priority)
+        if refused:
+            print(f"vla_edge: {refused}", file=sys.stderr, flush=True)
+        try:
+            while not self._stop.is_set():
+                self.executor.spin_once()
+        except ExternalShutdownException:
+            pass
         except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
-            print(f"vla_edge: {name} start-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            stop.set()
-            return
-    refused = set_realtime_priority(realtime_priority)
-    if refused:
-        print(f"vla_edge: {refused}", file=sys.stderr, flush=True)
-    try:
-        executor.spin()
-    except ExternalShutdownException:
-        pass
-    except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
-        print(f"vla_edge: {name} executor failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        stop.set()
+            print(f"vla_edge: {name} executor failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            self._stop.set()
 
 
-def _teardown(rclpy, reasoning, camera) -> None:
+def _teardown(rclpy, reasoning, camera, steps: StopSteps | None = None) -> None:
+    steps = steps if steps is not None else StopSteps()
     if reasoning is not None:
         try:
             reasoning.stop()  # shutdown transition (one zero action if active, engine released)
+            steps.step("shutdown transition")
             reasoning.destroy_node()
         except Exception:  # noqa: BLE001
             pass
+    steps.step("node destroyed")
     try:
-        camera.stop()
-    except Exception:  # noqa: BLE001
-        pass
+        how = camera.stop()
+    except Exception as e:  # noqa: BLE001 - the process ends anyway; the line says why this step failed
+        how = f"failed: {type(e).__name__}"
+    steps.step("camera process", how)
     rclpy.try_shutdown()
+    steps.step("context")
 
 
 if __name__ == "__main__":

@@ -284,22 +284,27 @@ class CameraProcess:
             except Exception:  # noqa: BLE001 - no stderr either: nothing left to tell
                 pass
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """Ask the child to exit (then SIGTERM, then SIGKILL) and remove the shared blocks."""
+    def stop(self, timeout: float = 2.0) -> str:
+        """Ask the child to exit (then SIGTERM, then SIGKILL) and remove the shared blocks. Returns how the child
+        ended: "" when it exited on the request, "terminated" or "killed" when it did not within ``timeout``."""
         self._stopping = True
+        how = ""
         if self.proc is not None:
             self._stats[CMD_STOP] = 1.0
             self.proc.join(timeout)
             if self.proc.is_alive():
+                how = "terminated"
                 self.proc.terminate()
                 self.proc.join(1.0)
             if self.proc.is_alive():
+                how = "killed"
                 self._kill()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
         remove_block(self._stats_path)
         self.fb.close()
+        return how
 
     def _kill(self) -> None:
         self.proc.kill()
