@@ -133,25 +133,33 @@ def test_a_signal_during_warm_up_stops_the_process_at_once(domain, tmp_path, pro
 
 
 def test_a_signal_stops_the_process_promptly_in_every_state(domain, tmp_path, procs, micro_model):
-    took = {}
+    """SIGINT / SIGTERM end the process in each lifecycle state with exit 0, and cleanly: the node's one-line stop
+    report (bringup.StopSteps) names every step, none cut short by its timeout (an executor thread left waiting,
+    a camera process that had to be terminated), and a configure in progress is interrupted, not waited for. The
+    wall-clock bound is a backstop, far above the ~0.5 s measured under slow_host -f 3: the verdict rests on the
+    report, which a slow host does not change."""
+    took, nodes = {}, {}
     lst = Listener(domain)
     lc = Lifecycle(lst)
     try:
-        # unconfigured (autostart false)
-        node = start_vla_edge(procs, domain, tmp_path, micro_model, {"autostart": "false"}, name="unconfigured")
+        # unconfigured (autostart false): the state service answers once the node's executor spins
+        nodes["unconfigured"] = node = start_vla_edge(procs, domain, tmp_path, micro_model, {"autostart": "false"},
+                                                      name="unconfigured")
         assert lc.wait(), node.output()[-3000:]
+        assert lc.state() == "unconfigured"
         took["unconfigured"] = _stop_time(node)
         # configuring through the service (a long warm-up)
-        node = start_vla_edge(procs, domain, tmp_path, micro_model,
-                              {"autostart": "false", "warmup_chunks": 1000, "kv_capacity_tokens": 4096},
-                              name="configuring")
+        nodes["configuring"] = node = start_vla_edge(
+            procs, domain, tmp_path, micro_model, {"autostart": "false", "warmup_chunks": 1000,
+                                                   "kv_capacity_tokens": 4096}, name="configuring")
         assert lc.wait(), node.output()[-3000:]
+        assert lc.state() == "unconfigured"
         fut = lc.change.call_async(ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE)))
         time.sleep(1.0)
         assert not fut.done()
         took["configuring"] = _stop_time(node)
         # active (autostart, the default)
-        node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, name="active")
+        nodes["active"] = node = start_vla_edge(procs, domain, tmp_path, micro_model, {}, name="active")
         assert lc.wait(), node.output()[-3000:]
         n0 = len(lst.actions)
         lst.wait_for(lambda: len(lst.actions) > n0 + 5, 60, "actions of the autostarted node")
@@ -159,6 +167,12 @@ def test_a_signal_stops_the_process_promptly_in_every_state(domain, tmp_path, pr
         took["active"] = _stop_time(node, signal.SIGTERM)
     finally:
         lst.close()
-    for p in procs:
-        assert p.p.returncode == 0, p.output()[-2000:]
-    assert all(t < 1.5 for t in took.values()), took
+    reports = {}
+    for state, p in nodes.items():
+        assert p.p.returncode == 0, (state, p.output()[-2000:])
+        lines = [line for line in p.output().splitlines() if line.startswith("vla_edge: stopped")]
+        assert len(lines) == 1, (state, p.output()[-2000:])
+        reports[state] = lines[0]
+    assert "configure interrupted" in nodes["configuring"].output(), nodes["configuring"].output()[-2000:]
+    assert all("not cleanly" not in r for r in reports.values()), reports
+    assert all(t < 3.0 for t in took.values()), (took, reports)
