@@ -28,9 +28,9 @@ ROUNDS = 100  # the shutdown() way hangs ~10 % of these rounds: a regression fai
 
 
 @pytest.fixture
-def context():
+def context(domain):
     ctx = rclpy.Context()
-    rclpy.init(context=ctx)
+    rclpy.init(context=ctx, domain_id=domain)  # a domain of this test's own (conftest.domain)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as the node's process runs
     yield ctx
