@@ -168,10 +168,8 @@ class StopSteps:
 
     def __init__(self) -> None:
         self.signalled_at: float | None = None
-        self._start: float | None = None
-        self._last = 0.0
-        self._parts: list[str] = []
-        self.cut_short = False
+        self._last: float | None = None
+        self._steps: list[tuple[str, float, str]] = []  # name, seconds, how it was cut short ("" if it was not)
 
     def signalled(self) -> None:
         if self.signalled_at is None:
@@ -180,17 +178,17 @@ class StopSteps:
     def step(self, name: str, cut_short: str = "") -> None:
         """The step ``name`` is over; ``cut_short`` says how, when it did not end by itself (a timeout)."""
         now = time.monotonic()
-        if self._start is None:
-            self._start = self._last = self.signalled_at if self.signalled_at is not None else now
-        self._parts.append(f"{name} {now - self._last:.2f}" + (f" ({cut_short})" if cut_short else ""))
-        self.cut_short = self.cut_short or bool(cut_short)
+        if self._last is None:
+            self._last = self.signalled_at if self.signalled_at is not None else now
+        self._steps.append((name, now - self._last, cut_short))
         self._last = now
 
     def line(self) -> str:
         since = "the signal" if self.signalled_at is not None else "the stop request"
-        total = self._last - self._start if self._start is not None else 0.0
-        how = "stopped" if not self.cut_short else "stopped, not cleanly,"
-        return f"vla_edge: {how} {total:.2f} s after {since} (seconds per step: {', '.join(self._parts)})"
+        how = "stopped, not cleanly," if any(cut for _, _, cut in self._steps) else "stopped"
+        parts = ", ".join(f"{name} {sec:.2f}" + (f" ({cut})" if cut else "") for name, sec, cut in self._steps)
+        total = sum(sec for _, sec, _ in self._steps)
+        return f"vla_edge: {how} {total:.2f} s after {since} (seconds per step: {parts})"
 
 
 def main(argv=None) -> int:
@@ -370,8 +368,8 @@ class ExecutorThread:
     def __init__(self, node, stop: threading.Event, name: str, realtime_priority: int = 0, before=None) -> None:
         from rclpy.executors import SingleThreadedExecutor
 
-        self.executor = SingleThreadedExecutor(context=node.context)
-        self.executor.add_node(node)
+        self._executor = SingleThreadedExecutor(context=node.context)
+        self._executor.add_node(node)
         self._wake = node.create_guard_condition(lambda: None)
         self._stop = stop
         self._thread = threading.Thread(target=self._run, args=(name, realtime_priority, before), name=f"exec-{name}",
@@ -391,7 +389,7 @@ class ExecutorThread:
         self._wake.trigger()
         self._thread.join(timeout)
         left = not self._thread.is_alive()
-        self.executor.shutdown(timeout_sec=0.0)
+        self._executor.shutdown(timeout_sec=0.0)
         return "" if left else f"still running after {timeout:g} s"
 
     def _run(self, name: str, realtime_priority: int, before) -> None:
@@ -410,7 +408,7 @@ class ExecutorThread:
             print(f"vla_edge: {refused}", file=sys.stderr, flush=True)
         try:
             while not self._stop.is_set():
-                self.executor.spin_once()
+                self._executor.spin_once()
         except ExternalShutdownException:
             pass
         except Exception as e:  # noqa: BLE001 - report, then let main() shut the process down
