@@ -32,6 +32,7 @@
 // (bf16) into the token's slot of the cache.
 #pragma once
 #include "common.cuh"
+#include "cp_async.cuh"
 
 #define GV_THREADS 256
 #define GV_WARPS (GV_THREADS / 32)
@@ -56,27 +57,6 @@
 #define GV_MINB_BF16_GATEUP 1  // 3 stages of 2 rows of K = 1536 in bf16 take 147 KB of shared memory a block
 #endif
 
-// ---- cp.async: weights go global -> the warp's own shared-memory ring without registers -----------------------------
-__device__ __forceinline__ unsigned gv_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void gv_cp4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(gv_smem_addr(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void gv_cp16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(gv_smem_addr(dst)), "l"(src) : "memory");
-}
-// src_bytes 0: nothing is read, the 16 (4) bytes are zero-filled (a chunk past the row's end)
-__device__ __forceinline__ void gv_cp16z(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(gv_smem_addr(dst)), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void gv_cp4z(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(gv_smem_addr(dst)), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void gv_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gv_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // ---- the weight formats: a row segment of 256*KV elements in a warp's ring slot --------------------------------------
 // issue: lane's copies of row m, elements off .. off + 256*KV, into `slot` (chunks c >= nv zero-filled: past the end
 // of the row); dot: that slot . x (lane's part).
@@ -96,8 +76,8 @@ struct Bf16W {
 #pragma unroll
         for (int u = 0; u < KV; ++u) {
             const int c = lane + 32 * u;
-            if (FULL || 32 * (u + 1) <= nv) gv_cp16(s + 32 * u, p + c);  // warp-uniform: the whole row part is there
-            else gv_cp16z(s + 32 * u, p + (c < nv ? c : 0), c < nv ? 16 : 0);
+            if (FULL || 32 * (u + 1) <= nv) cp_async16(s + 32 * u, p + c);  // warp-uniform: the whole row part is there
+            else cp_async16z(s + 32 * u, p + (c < nv ? c : 0), c < nv ? 16 : 0);
         }
     }
 
@@ -139,16 +119,16 @@ struct Q4W {
 #pragma unroll
         for (int u = 0; u < KV; ++u) {
             const int c = lane + 32 * u;
-            if (FULL || 32 * (u + 1) <= nv) gv_cp4(s + c, q + c);  // warp-uniform
-            else gv_cp4z(s + c, q + (c < nv ? c : 0), c < nv ? 4 : 0);
+            if (FULL || 32 * (u + 1) <= nv) cp_async4(s + c, q + c);  // warp-uniform
+            else cp_async4z(s + c, q + (c < nv ? c : 0), c < nv ? 4 : 0);
         }
         if (lane < 2 * KV) {  // the segment's groups of 128 (16 chunks each; nv is a multiple of 16)
             const unsigned* sz = SZ + (size_t)m * (K / 128) + off / 128;
             if (FULL) {
-                gv_cp4(s + 32 * KV + lane, sz + lane);
+                cp_async4(s + 32 * KV + lane, sz + lane);
             } else {
                 const bool ok = 16 * lane < nv;
-                gv_cp4z(s + 32 * KV + lane, sz + (ok ? lane : 0), ok ? 4 : 0);
+                cp_async4z(s + 32 * KV + lane, sz + (ok ? lane : 0), ok ? 4 : 0);
             }
         }
     }
@@ -244,7 +224,7 @@ __device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const fl
             const int m = n0 + (it * RB + r) * nw;
             if (m < N) W.template issue<KV, FULL>(K, 0, nv, m, ring.row(it, r), lane);
         }
-        gv_commit();
+        cp_async_commit();
     };
 #pragma unroll
     for (int it = 0; it < F::NS - 1; ++it) issue(it);
@@ -254,14 +234,14 @@ __device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const fl
     const int slot = __ldg(order + __ldg(params) + q_off);
     wait();
     if (n0 >= N) {
-        gv_wait<0>();
+        cp_async_wait<0>();
         return;
     }
     float xr[KV][8], xs[KV];
     const float inv = warp_load_x_norm<KV, FULL, Wait>(x, ln, lane, K, eps, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; n0 + it * RB * nw < N; ++it) {
-        gv_wait<F::NS - 2>();
+        cp_async_wait<F::NS - 2>();
         __syncwarp();
         issue(it + F::NS - 1);
         float acc[RB];
@@ -283,7 +263,7 @@ __device__ __forceinline__ void gemv_qkv_body(StepGrid grid, Wait wait, const fl
             }
         }
     }
-    gv_wait<0>();
+    cp_async_wait<0>();
 }
 
 // act[i] = silu(Wg[i] . n(x)) * (Wu[i] . n(x)); W = [gate rows; up rows] ([2I, K]); RB row pairs an iteration
@@ -308,20 +288,20 @@ __device__ __forceinline__ void gemv_gateup_body(StepGrid grid, Wait wait, const
                 Wu.template issue<KV, FULL>(K, 0, nv, m, ring.row(it, 2 * r + 1), lane);
             }
         }
-        gv_commit();
+        cp_async_commit();
     };
 #pragma unroll
     for (int it = 0; it < F::NS - 1; ++it) issue(it);
     wait();
     if (i0 >= I) {
-        gv_wait<0>();
+        cp_async_wait<0>();
         return;
     }
     float xr[KV][8], xs[KV];
     const float inv = warp_load_x_norm<KV, FULL, Wait>(x, ln, lane, K, eps, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; i0 + it * RB * nw < I; ++it) {
-        gv_wait<F::NS - 2>();
+        cp_async_wait<F::NS - 2>();
         __syncwarp();
         issue(it + F::NS - 1);
         float ag[RB], au[RB];
@@ -338,7 +318,7 @@ __device__ __forceinline__ void gemv_gateup_body(StepGrid grid, Wait wait, const
             }
         }
     }
-    gv_wait<0>();
+    cp_async_wait<0>();
 }
 
 // y[n] += W[n] . a (o / down projection + residual), K split into S = ceil(K / (256*KV)) segments.
@@ -360,20 +340,20 @@ __device__ __forceinline__ void gemv_proj_body(StepGrid grid, Wait wait, const f
             const int m = n0 + (it * RB + r) * G;
             if (has && m < N) W.template issue<KV, FULL>(K, off, nv, m, ring.row(it, r), lane);
         }
-        gv_commit();
+        cp_async_commit();
     };
 #pragma unroll
     for (int it = 0; it < F::NS - 1; ++it) issue(it);
     wait();
     if (!has) {
-        gv_wait<0>();
+        cp_async_wait<0>();
         return;
     }
     float xr[KV][8], xs[KV];
     gv_load_x<KV, FULL, Wait>(a + off, lane, nv, xr);
     gv_xsum<KV>(xr, xs);
     for (int it = 0; n0 + it * RB * G < N; ++it) {
-        gv_wait<F::NS - 2>();
+        cp_async_wait<F::NS - 2>();
         __syncwarp();
         issue(it + F::NS - 1);
         float acc[RB];
@@ -389,6 +369,6 @@ __device__ __forceinline__ void gemv_proj_body(StepGrid grid, Wait wait, const f
             }
         }
     }
-    gv_wait<0>();
+    cp_async_wait<0>();
 }
 
