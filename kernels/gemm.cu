@@ -29,6 +29,7 @@
 // group of 8; the X words (adjacent bf16 pairs) are regrouped to match with one byte permute each, per k-step and W
 // tile.
 #include "common.cuh"
+#include "cp_async.cuh"
 
 // Per-format shape (cuda/launch.py GEMM_CFG mirrors these; dev/cuda/gemm_micro.py sweeps them with -D):
 // NT n-tiles of 8 W rows a warp (a block: 4 warps along N, NB = 32 * NT rows), KW warp groups of 4 along K,
@@ -57,18 +58,6 @@
 #ifndef GEMM_MINB_W4
 #define GEMM_MINB_W4 4  // blocks an SM must hold (__launch_bounds__: 128 registers a thread)
 #endif
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Word i (0..7) of a lane's 16 k-values held as two uint4: the bf16 pair of elements 2i, 2i+1.
 __device__ __forceinline__ unsigned word_of(const uint4& a, const uint4& b, int i) {
@@ -169,8 +158,7 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtB
         }
 }
 
-// 16 * MT rows x 8 columns of accumulators a warp, as (mt, n-tile j, e): rows mt*16 + r (+8 for e >= 2),
-// columns 2q + (e & 1) of n-tile j. v2 reductions on sm_90 (half the atomic operations), scalar below.
+// v2 reductions on sm_90 (half the atomic operations), scalar below.
 __device__ __forceinline__ void red_add2(float* p, float a, float b) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -179,6 +167,33 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b) {
     atomicAdd(p + 1, b);
 #endif
 }
+
+// The epilogue of both bodies, per output element: mode 0 stores Y[tok, n], mode 1 adds into it (split K: each K
+// slice's sum), mode 2 writes act[tok, o] = silu(gate) * up (N = 2I: gate rows 0..I-1, up rows I..2I-1; bf16, or fp16
+// when F16). The bf16 body holds adjacent columns (put2, swiglu2), the 4-bit body adjacent tokens (put, swiglu). The
+// bodies pass Y's element as a pointer: their layouts' constant offsets then fold into the store instructions.
+struct GemmOut {
+    float* Y;
+    bf16_t* act;
+    int N, mode;
+    __device__ __forceinline__ static float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+    __device__ __forceinline__ void put(float* dst, float v) const {
+        if (mode == 0) *dst = v;
+        else atomicAdd(dst, v);
+    }
+    __device__ __forceinline__ void put2(float* dst, float v0, float v1) const {
+        if (mode == 0) *(float2*)dst = make_float2(v0, v1);
+        else red_add2(dst, v0, v1);
+    }
+    template <bool F16>
+    __device__ __forceinline__ void swiglu(int tok, int o, float g, float u) const {
+        act[(size_t)tok * (N >> 1) + o] = f2act<F16>(silu_mul(g, u));
+    }
+    template <bool F16>
+    __device__ __forceinline__ void swiglu2(int tok, int o, float g0, float u0, float g1, float u1) const {
+        *(unsigned*)(act + (size_t)tok * (N >> 1) + o) = pack_act2<F16>(silu_mul(g0, u0), silu_mul(g1, u1));
+    }
+};
 
 template <class F, int MT>
 __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
@@ -239,23 +254,20 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] += red[g * PER + ((i * NT + j) * 4 + e) * 128 + t];
     }
+    // acc[mt][j][e]: token mt * 16 + r + 8 (e >> 1), columns 2q, 2q + 1 of the warp's n-tile j
     const int r = lane >> 2, q = lane & 3;
+    const GemmOut out{Y, act, N, mode};
     if (mode == 2) {
-        constexpr int HT = NT / 2;
-        const int I = N >> 1;
+        constexpr int HT = NT / 2;  // n-tiles j < HT: gate columns, j + HT: the up columns of the same outputs
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int j = 0; j < HT; ++j)
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int t = mt * 16 + r + hh * 8;
-                    const int i = blockIdx.x * (NB / 2) + wq * (4 * NT) + j * 8 + q * 2;
-                    const float g0 = acc[mt][j][2 * hh], g1 = acc[mt][j][2 * hh + 1];
-                    const float u0 = acc[mt][j + HT][2 * hh], u1 = acc[mt][j + HT][2 * hh + 1];
-                    *(unsigned*)(act + (size_t)t * I + i) =
-                        pack_bf2(g0 / (1.f + __expf(-g0)) * u0, g1 / (1.f + __expf(-g1)) * u1);
-                }
+                for (int hh = 0; hh < 2; ++hh)
+                    out.swiglu2<false>(mt * 16 + r + hh * 8, blockIdx.x * (NB / 2) + wq * (4 * NT) + j * 8 + q * 2,
+                                       acc[mt][j][2 * hh], acc[mt][j + HT][2 * hh], acc[mt][j][2 * hh + 1],
+                                       acc[mt][j + HT][2 * hh + 1]);
         return;
     }
     const int n0 = blockIdx.x * NB + wq * (8 * NT);
@@ -264,11 +276,9 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float* dst = Y + (size_t)(mt * 16 + r + hh * 8) * N + n0 + j * 8 + q * 2;
-                if (mode == 0) *(float2*)dst = make_float2(acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
-                else red_add2(dst, acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
-            }
+            for (int hh = 0; hh < 2; ++hh)
+                out.put2(Y + (size_t)(mt * 16 + r + hh * 8) * N + n0 + j * 8 + q * 2, acc[mt][j][2 * hh],
+                         acc[mt][j][2 * hh + 1]);
 }
 
 #define GEMM_BF16(MT, T)                                                                                          \
@@ -433,20 +443,18 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
     if (c0 >= c1) return;
     // acc[i][j][e]: W row (warp, tile i) g + 8 (e >> 1), token 8 j + 2 t + (e & 1)
     const int g = lane >> 2, t = lane & 3;
+    const GemmOut out{Y, act, N, mode};
     if (mode == 2) {
-        constexpr int HW = NW / 2;
-        const int I = N >> 1;
+        constexpr int HW = NW / 2;  // tiles i < HW: gate rows, i + HW: the up rows of the same outputs
 #pragma unroll
         for (int i = 0; i < HW; ++i)
 #pragma unroll
             for (int j = 0; j < TT; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int o = blockIdx.x * (W4::NB / 2) + warp * (16 * HW) + i * 16 + g + 8 * (e >> 1);
-                    const int tok = 8 * j + 2 * t + (e & 1);
-                    const float gv = acc[i][j][e], uv = acc[i + HW][j][e];
-                    act[(size_t)tok * I + o] = f2act<F16>(gv / (1.f + __expf(-gv)) * uv);
-                }
+                for (int e = 0; e < 4; ++e)
+                    out.swiglu<F16>(8 * j + 2 * t + (e & 1),
+                                    blockIdx.x * (W4::NB / 2) + warp * (16 * HW) + i * 16 + g + 8 * (e >> 1),
+                                    acc[i][j][e], acc[i + HW][j][e]);
         return;
     }
     const int n0 = blockIdx.x * W4::NB + warp * (16 * NW);
@@ -455,11 +463,8 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
 #pragma unroll
         for (int j = 0; j < TT; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float* dst = Y + (size_t)(8 * j + 2 * t + (e & 1)) * N + n0 + i * 16 + g + 8 * (e >> 1);
-                if (mode == 0) *dst = acc[i][j][e];
-                else atomicAdd(dst, acc[i][j][e]);
-            }
+            for (int e = 0; e < 4; ++e)
+                out.put(Y + (size_t)(8 * j + 2 * t + (e & 1)) * N + n0 + i * 16 + g + 8 * (e >> 1), acc[i][j][e]);
 }
 
 #define GEMM_W4(TT, T, MINB)                                                                                      \
