@@ -40,6 +40,9 @@
 #          tokens/s) per kind in TS_KINDS (default "bf16 awq") of PRESET (models first), on this tree and on BASE when
 #          it exists; then vla-edge-generate --backend cuda itself (256 tokens, capture included)
 #                                                                                 -> $OUT/ts_<preset>_<kind>[_base].json
+#   amicro the attention alone (dev/cuda/attn_micro.py, the PRESET's shape) on the whole GPU and on AM_SMS (default 8)
+#          SMs: this tree's 8-warp prefill blocks and its 4-warp ones, and BASE's kernels when BASE exists
+#                                                                                 -> $OUT/am_<preset>_sm<N>.json
 #   dmicro the persistent decode pass (dev/cuda/decode_persistent.cu) against the per-op chain, per kind in DM_KINDS
 #          (default "awq bf16"), variants DM_VARIANTS (default all), DM_SMS confines (0: whole GPU)
 #                                                                                          -> $OUT/dm_<preset>_<kind>.json
@@ -136,6 +139,13 @@ for step in ${STEPS:-tests models bench peers}; do
         --no-stop --json 2>&1 | $PY -c "import json,sys; t=sys.stdin.read(); i=t.find('{'); \
 r=json.loads(t[i:]) if i >= 0 else {}; print('GENERATE', {k: v for k, v in r.items() if k not in ('ids', 'text', 'prompt_ids')} \
 if r else t[-2000:])"
+    done ;;
+  amicro)
+    shape=${PRESET#qwen2.5-}; base=""; [ -d "${BASE:-.device/base}/kernels" ] && base="--base-dir ${BASE:-.device/base}"
+    for n in 0 ${AM_SMS:-8}; do
+      say "attention micro $shape, SMs ${n/#0/all}"
+      timeout 200 $PY dev/cuda/attn_micro.py --new-only --shape "$shape" --sms "$n" $base \
+        --json "$OUT/am_${PRESET}_sm$n.json" 2>&1 | grep -E "ATTN_MICRO|Error|error"
     done ;;
   dmicro)
     for k in ${DM_KINDS:-awq bf16}; do

@@ -11,12 +11,15 @@
 // key of this call (j < q_start + T): the parallel action queries attend to the whole frame and to each other.
 // bidir_from = T gives the plain causal mask.
 //
-// attn_partial: a fixed grid (NKV, row groups, splits); each block takes a contiguous range of key indices, loads
-// 32-key tiles of K (rotated on the fly) and V into shared memory and runs S = Q K^T and O += P V with
-// mma.sync m16n8k16 bf16 (fp32 accumulate, online softmax in base 2), fragments by ldmatrix, Q held in registers.
-// Software pipeline: while a tile is computed, the next tile's V lands in the other V buffer (cp.async) and its K
-// and cos/sin in registers (rotated into Ks after the tile), and the order entries of the tile after it load. Rows = (token, head in group): the query
-// heads of a KV head share every K/V load. Decode is T = 1, prefill T = 32 (40 with parallel action queries).
+// attn_partial: a fixed grid (NKV, row blocks, splits); each block of NW warps (16 query rows a warp) takes a
+// contiguous range of key indices, loads 32-key tiles of K (rotated on the fly) and V into shared memory and runs
+// S = Q K^T and O += P V with mma.sync m16n8k16 bf16 (fp32 accumulate, online softmax in base 2), fragments by
+// ldmatrix, Q held in registers. Software pipeline: while a tile is computed, the next tile's V lands in the other V
+// buffer (cp.async) and its K and cos/sin in registers (rotated into Ks after the tile), and the order entries of the
+// tile after it load. Rows = (token, head in group): the query heads of a KV head share every K/V load, and so do the
+// rows of a block: the prefill's 8-warp blocks (128 rows) load and rotate each tile once for two of the partials' 64-row
+// groups. Decode is T = 1 (4 warps), prefill T = 32, 40 (one parallel action) or 32 + 8 K (K actions). A tile whose
+// keys every row of a warp sees (below each row's limit and k_end) skips the mask.
 // Launched with Programmatic Dependent Launch in the decode passes, so the block's first tile of OLD keys
 // (j < q_start) is staged into shared memory before PDL_WAIT: those keys were written before the last full
 // barrier (the backend launches the stamp after the prefill and after each decode pass without PDL), and the
@@ -24,25 +27,27 @@
 // attn_combine merges up to 128 split partials (log-sum-exp) into the [T, NH*D] output (fp32 and bf16).
 #pragma once
 #include "common.cuh"
+#include "cp_async.cuh"
 
 #define ATT_TILE 32
-#define ATT_ROWS 64
+#define ATT_ROWS 64  // the partials' row group (attn_combine's unit); a block of NW warps computes 16 NW rows
 #define NEG_BIG (-1e30f)
 #define MAX_SPLITS 128
 
-// What an attn_partial body works on: KV head g, row group rg of nrg, split sp of nsplit; tid: its thread (0..127).
+// What an attn_partial body works on: KV head g, row block rb (rows 16 NW rb .. of the call's T x group), split sp of
+// nsplit; tid: its thread (0..32 NW - 1).
 struct AttItem {
-    int g, rg, sp, nrg, nsplit, tid;
+    int g, rb, sp, nsplit, tid;
 };
 // A partial body's shared memory: Q's rows, a K tile, two V tiles (double-buffered: the next tile's V lands by
-// cp.async); rows of DH + 8 bf16 (16 bytes of padding: conflict-free ldmatrix). ATT_SMEM_BYTES(DH) in all.
+// cp.async); rows of DH + 8 bf16 (16 bytes of padding: conflict-free ldmatrix). ATT_SMEM_BYTES(DH, NW) in all.
 template <int DH>
 struct AttTiles {
     bf16_t (*Qs)[DH + 8];
     bf16_t (*Ks)[DH + 8];
     bf16_t (*Vs)[ATT_TILE][DH + 8];
 };
-#define ATT_SMEM_BYTES(DH) ((ATT_ROWS + 3 * ATT_TILE) * ((DH) + 8) * 2)
+#define ATT_SMEM_BYTES(DH, NW) ((16 * (NW) + 3 * ATT_TILE) * ((DH) + 8) * 2)
 // A combine body's shared memory: each split's max, sum and weight (MAX_SPLITS floats each).
 struct AttCombineSmem {
     float *m, *l, *w;
@@ -58,7 +63,14 @@ struct AttOwnKernel {
     __device__ __forceinline__ static unsigned row_threads() { return blockDim.x; }  // a combine block is one row
 };
 
-// ldmatrix (8x8 b16 matrices, one row address a lane) and cp.async (16 bytes; src_bytes 0 zero-fills).
+// 2^x by the SFU alone (ex2.approx.ftz: exp2f adds a range fix-up for results below 2^-126, whose flush to zero
+// changes nothing here: a weight under 2^-126 of the row's largest).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// ldmatrix (8x8 b16 matrices, one row address a lane).
 __device__ __forceinline__ void ldsm_x4(unsigned* d, const bf16_t* p) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -69,27 +81,26 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned* d, const bf16_t* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(a) : "memory");
 }
-__device__ __forceinline__ void att_cp_async16(bf16_t* smem, const void* gmem, int src_bytes) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void att_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void att_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
-// Head dim DH (64 or 128: the instances at the end): HALF = DH / 2 rotates against the other half, a shared-memory
-// row is LDS = DH + 8 bf16 (16 bytes of padding: conflict-free ldmatrix). A 32-key K tile is 32 x HALF/8 chunk pairs
-// (KU a thread of 128), its V tile 32 x DH/8 chunks (VU a thread); Q's 64 rows are loaded QIT rows a thread.
-template <int DH>
+// Head dim DH (64 or 128: the instances at the end), NW warps a block (THREADS threads, ROWS = 16 NW query rows):
+// HALF = DH / 2 rotates against the other half, a shared-memory row is LDS = DH + 8 bf16 (16 bytes of padding:
+// conflict-free ldmatrix). A 32-key K tile is 32 x HALF/8 chunk pairs (KU a thread; at DH 64 and 8 warps only the
+// first half of the threads hold one: KROWS), its V tile 32 x DH/8 chunks (VU a thread); Q's ROWS rows are loaded
+// QIT rows a thread.
+template <int DH, int NW>
 struct AttShape {
+    static constexpr int THREADS = 32 * NW, ROWS = 16 * NW;
     static constexpr int HALF = DH / 2, LDS = DH + 8;
-    static constexpr int CPH = HALF / 8;             // 16-byte chunks a half-row
-    static constexpr int KU = ATT_TILE * CPH / 128;  // K chunk pairs a thread per tile
-    static constexpr int KSTEP = 128 / CPH;          // rows between a thread's K pairs
-    static constexpr int VCH = DH / 8;               // 16-byte chunks a V row
-    static constexpr int VU = ATT_TILE * VCH / 128;  // V chunks a thread per tile
-    static constexpr int VSTEP = 128 / VCH;
-    static constexpr int QIT = ATT_ROWS / KSTEP;     // Q rows a thread
+    static constexpr int CPH = HALF / 8;                                // 16-byte chunks a half-row
+    static constexpr int KSTEP = THREADS / CPH;                         // rows between a thread's K pairs
+    static constexpr int KU = (ATT_TILE + KSTEP - 1) / KSTEP;           // K chunk pairs a thread per tile
+    static constexpr bool KROWS = KSTEP > ATT_TILE;                     // threads past the tile's rows hold none
+    static constexpr int VCH = DH / 8;                                  // 16-byte chunks a V row
+    static constexpr int VU = ATT_TILE * VCH / THREADS;                 // V chunks a thread per tile
+    static constexpr int VSTEP = THREADS / VCH;
+    static constexpr int QIT = ROWS / KSTEP;                            // Q rows a thread
     static_assert(DH == 64 || DH == 128, "head_dim 64 or 128");
+    static_assert(NW == 4 || NW == 8, "4 or 8 warps");
+    static_assert(VU >= 1 && QIT >= 1, "a V chunk and a Q row for every thread");
 };
 
 // One K row chunk pair (dims c*8..c*8+7 and HALF+c*8..) with its cos/sin, in registers until rotated into Ks.
@@ -133,28 +144,29 @@ __device__ __forceinline__ void rope_store_k(bf16_t* krow, const KPre& p, int c)
 // Stage the keys j of the tile [j0, j0+32) into Ks (rotated) / Vs: keys in [lo, hi) are loaded; keys >= k_end are
 // zero-filled (they are masked, and V must stay finite); others are left untouched (filled by another call).
 // Used for a block's first tile only (split around PDL_WAIT); later tiles are prefetched one tile ahead.
-template <int DH, class Ld>
+template <int DH, int NW, class Ld>
 __device__ __forceinline__ void stage_tile(bf16_t (*Ks)[DH + 8], bf16_t (*Vs)[DH + 8], const bf16_t* __restrict__ kc,
                                            const bf16_t* __restrict__ vc, const int* __restrict__ order,
                                            const float* __restrict__ cosT, const float* __restrict__ sinT, int g,
                                            int cap, int j0, int lo, int hi, int k_end, int tid) {
-    using A = AttShape<DH>;
+    using A = AttShape<DH, NW>;
     constexpr int HALF = A::HALF;
     KPre kp[A::KU];
     uint4 vv[A::VU];
 #pragma unroll
     for (int u = 0; u < A::KU; ++u) {
-        const int e = tid + u * 128, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
-        if (j >= lo && j < hi) load_k<DH, Ld>(kp[u], kc, cosT, sinT, (size_t)g * cap + order[j], j, c);
+        const int e = tid + u * A::THREADS, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
+        if (kr < ATT_TILE && j >= lo && j < hi) load_k<DH, Ld>(kp[u], kc, cosT, sinT, (size_t)g * cap + order[j], j, c);
     }
 #pragma unroll
     for (int u = 0; u < A::VU; ++u) {
-        const int e = tid + u * 128, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
+        const int e = tid + u * A::THREADS, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
         if (j >= lo && j < hi) vv[u] = Ld::ld((const uint4*)(vc + ((size_t)g * cap + order[j]) * DH) + c);
     }
 #pragma unroll
     for (int u = 0; u < A::KU; ++u) {
-        const int e = tid + u * 128, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
+        const int e = tid + u * A::THREADS, kr = e / A::CPH, c = e % A::CPH, j = j0 + kr;
+        if (kr >= ATT_TILE) continue;
         if (j >= lo && j < hi) {
             rope_store_k<DH>(Ks[kr], kp[u], c);
         } else if (j >= k_end) {
@@ -164,32 +176,33 @@ __device__ __forceinline__ void stage_tile(bf16_t (*Ks)[DH + 8], bf16_t (*Vs)[DH
     }
 #pragma unroll
     for (int u = 0; u < A::VU; ++u) {
-        const int e = tid + u * 128, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
+        const int e = tid + u * A::THREADS, kr = e / A::VCH, c = e % A::VCH, j = j0 + kr;
         if (j >= lo && j < hi) *(uint4*)&Vs[kr][c * 8] = vv[u];
         else if (j >= k_end) *(uint4*)&Vs[kr][c * 8] = make_uint4(0, 0, 0, 0);
     }
 }
 
-template <int DH, class Hooks>
+template <int DH, int NW, class Hooks>
 __device__ __forceinline__ void attn_partial_body(
     AttItem it, Hooks hk, AttTiles<DH> sm, const float* __restrict__ q, int q_stride, const bf16_t* __restrict__ kc,
     const bf16_t* __restrict__ vc,
     const int* __restrict__ order, const int* __restrict__ params, int q_off, int T, int group, int cap,
     const float* __restrict__ cosT, const float* __restrict__ sinT, float scale_log2, int bidir_from,
     float* __restrict__ part_o, float* __restrict__ part_ml) {
-    using A = AttShape<DH>;
+    using A = AttShape<DH, NW>;
     constexpr int HALF = A::HALF, LDS = A::LDS;
     bf16_t (*Qs)[LDS] = sm.Qs;
     bf16_t (*Ks)[LDS] = sm.Ks;
     bf16_t (*Vs)[ATT_TILE][LDS] = sm.Vs;
     hk.trigger();
-    const int g = it.g, rg = it.rg, sp = it.sp;
-    const int nrg = it.nrg, nsplit = it.nsplit;
+    const int g = it.g, rb = it.rb, sp = it.sp;
+    const int nsplit = it.nsplit;
     const int tid = it.tid, warp = tid >> 5, lane = tid & 31, r = lane >> 2, qd = lane & 3;
     const int lrow = lane & 7, lsel = lane >> 3;  // ldmatrix: this lane's row in its 8x8 matrix, and which matrix
     const int q_start = params[0] + q_off;  // params[0]: n_prefix, constant inside the chunk
     const int n_keys = q_start + T;
     const int R = T * group;
+    const int nrg = (R + ATT_ROWS - 1) / ATT_ROWS;  // the partials' row groups (of the call, not of the block)
 
     // ---- this block's key range
     const int ntiles = (n_keys + ATT_TILE - 1) / ATT_TILE;
@@ -199,7 +212,7 @@ __device__ __forceinline__ void attn_partial_body(
 
     // ---- before the dependency wait: the first tile's old keys (complete before this pass began)
     if (k_begin < k_end)
-        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start),
+        stage_tile<DH, NW, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, k_begin, min(k_end, q_start),
                               k_end,
                        tid);
     // the order entries of the second tile (order is constant inside the chunk): K rows kr0 + KSTEP u (16-byte
@@ -210,7 +223,7 @@ __device__ __forceinline__ void attn_partial_body(
         const int jt = k_begin + ATT_TILE;
 #pragma unroll
         for (int u = 0; u < A::KU; ++u)
-            oK[u] = (jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
+            oK[u] = (kr0 + A::KSTEP * u < ATT_TILE && jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
 #pragma unroll
         for (int u = 0; u < A::VU; ++u)
             oV[u] = (jt + vr0 + A::VSTEP * u < k_end) ? order[jt + vr0 + A::VSTEP * u] : 0;
@@ -223,7 +236,7 @@ __device__ __forceinline__ void attn_partial_body(
         float4 xv[A::QIT][4], cs[A::QIT][4];
 #pragma unroll
         for (int it = 0; it < A::QIT; ++it) {
-            const int rl = kr0 + A::KSTEP * it, rr = rg * ATT_ROWS + rl;
+            const int rl = kr0 + A::KSTEP * it, rr = rb * A::ROWS + rl;
             if (rr < R) {
                 const int t = rr / group, hh = rr - t * group;
                 const float4* qp = (const float4*)(q + (size_t)t * q_stride + (size_t)(g * group + hh) * DH + ck * 8);
@@ -236,7 +249,7 @@ __device__ __forceinline__ void attn_partial_body(
         }
 #pragma unroll
         for (int it = 0; it < A::QIT; ++it) {
-            const int rl = kr0 + A::KSTEP * it, rr = rg * ATT_ROWS + rl;
+            const int rl = kr0 + A::KSTEP * it, rr = rb * A::ROWS + rl;
             float o1[8], o2[8];
             if (rr < R) {
                 const float x1[8] = {xv[it][0].x, xv[it][0].y, xv[it][0].z, xv[it][0].w,
@@ -262,12 +275,12 @@ __device__ __forceinline__ void attn_partial_body(
     }
     // ---- after the wait: the first tile's new keys (j >= q_start), written by the previous kernel
     if (k_begin < k_end && k_begin + ATT_TILE > q_start && k_end > q_start)
-        stage_tile<DH, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end,
+        stage_tile<DH, NW, Hooks>(Ks, Vs[0], kc, vc, order, cosT, sinT, g, cap, k_begin, max(k_begin, q_start), k_end,
                               k_end,
                        tid);
     hk.sync();
 
-    const bool active = (rg * ATT_ROWS + warp * 16) < R;
+    const bool active = (rb * A::ROWS + warp * 16) < R;
     // the warp's Q as A fragments, held in registers for every tile
     unsigned qf[DH / 16][4];
     if (active) {
@@ -278,10 +291,11 @@ __device__ __forceinline__ void attn_partial_body(
     float O[DH / 8][4];
 #pragma unroll
     for (int i = 0; i < DH / 8; ++i) O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.f;
-    const int rowA = rg * ATT_ROWS + warp * 16 + r, rowB = rowA + 8;
+    const int rowA = rb * A::ROWS + warp * 16 + r, rowB = rowA + 8;
     const int tA = rowA / group, tB = rowB / group;
     const int limA = rowA < R ? (tA >= bidir_from ? n_keys - 1 : q_start + tA) : -1;
     const int limB = rowB < R ? (tB >= bidir_from ? n_keys - 1 : q_start + tB) : -1;
+    const int wlim = __reduce_min_sync(0xffffffffu, min(limA, limB));  // the warp's lowest key limit
 
     int buf = 0;
     for (int j0 = k_begin; j0 < k_end; j0 += ATT_TILE, buf ^= 1) {
@@ -295,19 +309,20 @@ __device__ __forceinline__ void attn_partial_body(
             for (int u = 0; u < A::VU; ++u) {
                 const int j = jn + vr0 + A::VSTEP * u;
                 bf16_t* dst = &Vs[buf ^ 1][vr0 + A::VSTEP * u][cv * 8];
-                if (j < k_end) att_cp_async16(dst, vc + ((size_t)g * cap + oV[u]) * DH + cv * 8, 16);
-                else att_cp_async16(dst, vc, 0);
+                if (j < k_end) cp_async16z(dst, vc + ((size_t)g * cap + oV[u]) * DH + cv * 8, 16);
+                else cp_async16z(dst, vc, 0);
             }
-            att_cp_async_commit();
+            cp_async_commit();
 #pragma unroll
             for (int u = 0; u < A::KU; ++u) {
                 const int j = jn + kr0 + A::KSTEP * u;
-                if (j < k_end) load_k<DH, Hooks>(kp[u], kc, cosT, sinT, (size_t)g * cap + oK[u], j, ck);
+                if ((!A::KROWS || kr0 < ATT_TILE) && j < k_end)
+                    load_k<DH, Hooks>(kp[u], kc, cosT, sinT, (size_t)g * cap + oK[u], j, ck);
             }
             const int jt = jn + ATT_TILE;
 #pragma unroll
             for (int u = 0; u < A::KU; ++u)
-                oK[u] = (jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
+                oK[u] = (kr0 + A::KSTEP * u < ATT_TILE && jt + kr0 + A::KSTEP * u < k_end) ? order[jt + kr0 + A::KSTEP * u] : 0;
 #pragma unroll
             for (int u = 0; u < A::VU; ++u)
                 oV[u] = (jt + vr0 + A::VSTEP * u < k_end) ? order[jt + vr0 + A::VSTEP * u] : 0;
@@ -329,33 +344,43 @@ __device__ __forceinline__ void attn_partial_body(
                 }
             }
             float mx0 = NEG_BIG, mx1 = NEG_BIG;
+            if (j0 + ATT_TILE <= k_end && j0 + ATT_TILE - 1 <= wlim) {  // warp-uniform: every key of the tile is seen
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int j = j0 + nt * 8 + qd * 2 + (e & 1);
-                    const int lim = (e < 2) ? limA : limB;
-                    const bool ok = (j < k_end) && (j <= lim);
-                    S[nt][e] = ok ? S[nt][e] : -INFINITY;
-                    if (e < 2) mx0 = fmaxf(mx0, S[nt][e]);
-                    else mx1 = fmaxf(mx1, S[nt][e]);
+                for (int nt = 0; nt < 4; ++nt) {
+                    mx0 = fmaxf(mx0, fmaxf(S[nt][0], S[nt][1]));
+                    mx1 = fmaxf(mx1, fmaxf(S[nt][2], S[nt][3]));
                 }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int j = j0 + nt * 8 + qd * 2 + (e & 1);
+                        const int lim = (e < 2) ? limA : limB;
+                        const bool ok = (j < k_end) && (j <= lim);
+                        S[nt][e] = ok ? S[nt][e] : -INFINITY;
+                        if (e < 2) mx0 = fmaxf(mx0, S[nt][e]);
+                        else mx1 = fmaxf(mx1, S[nt][e]);
+                    }
+            }
 #pragma unroll
             for (int o = 1; o <= 2; o <<= 1) {
                 mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
                 mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
             }
             const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-            const float cr0 = exp2f(m0 - mn0), cr1 = exp2f(m1 - mn1);
+            // O is rescaled every tile: skipping it when no row's max grew (a warp vote and a branch) measured 5-7 %
+            // slower at head dim 128 (the FMULs no longer fill the exponentials' latency; BENCHMARKS.md, issue 41)
+            const float cr0 = exp2_approx(m0 - mn0), cr1 = exp2_approx(m1 - mn1);
             m0 = mn0;
             m1 = mn1;
             float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
-                S[nt][0] = exp2f(S[nt][0] - mn0);
-                S[nt][1] = exp2f(S[nt][1] - mn0);
-                S[nt][2] = exp2f(S[nt][2] - mn1);
-                S[nt][3] = exp2f(S[nt][3] - mn1);
+                S[nt][0] = exp2_approx(S[nt][0] - mn0);
+                S[nt][1] = exp2_approx(S[nt][1] - mn0);
+                S[nt][2] = exp2_approx(S[nt][2] - mn1);
+                S[nt][3] = exp2_approx(S[nt][3] - mn1);
                 ps0 += S[nt][0] + S[nt][1];
                 ps1 += S[nt][2] + S[nt][3];
             }
@@ -389,6 +414,7 @@ __device__ __forceinline__ void attn_partial_body(
 #pragma unroll
             for (int u = 0; u < A::KU; ++u) {
                 const int kr = kr0 + A::KSTEP * u, j = jn + kr;
+                if (A::KROWS && kr0 >= ATT_TILE) continue;
                 if (j < k_end) {
                     rope_store_k<DH>(Ks[kr], kp[u], ck);
                 } else {
@@ -396,7 +422,7 @@ __device__ __forceinline__ void attn_partial_body(
                     *(uint4*)&Ks[kr][HALF + ck * 8] = make_uint4(0, 0, 0, 0);
                 }
             }
-            att_cp_async_wait_all();
+            cp_async_wait<0>();
             hk.sync();
         }
     }
@@ -407,7 +433,8 @@ __device__ __forceinline__ void attn_partial_body(
         l0 += __shfl_xor_sync(0xffffffffu, l0, o);
         l1 += __shfl_xor_sync(0xffffffffu, l1, o);
     }
-    const size_t pb = ((size_t)(g * nrg + rg) * nsplit + sp) * ATT_ROWS + warp * 16 + r;
+    const int w0 = rb * A::ROWS + warp * 16;  // the warp's first row: partial row group w0 / 64, row w0 % 64 + r
+    const size_t pb = ((size_t)(g * nrg + w0 / ATT_ROWS) * nsplit + sp) * ATT_ROWS + w0 % ATT_ROWS + r;
     if (qd == 0) {
         part_ml[pb * 2] = m0;
         part_ml[pb * 2 + 1] = l0;

@@ -27,7 +27,7 @@ from vla_edge_ros.model.reference import ReferenceModel
 from vla_edge_ros.model.safetensors_io import ModelLoadError, load_file, save_file
 from vla_edge_ros.model.weights import load_weights
 from vla_edge_ros.tools import make_model as mm
-from vla_edge_ros.vram_plan import attention_splits, layout, out_layout, prefill_rows, wave_splits
+from vla_edge_ros.vram_plan import layout, out_layout, prefill_attention_splits, prefill_rows, wave_splits
 
 
 def _k8(tmp_path, name="k8", preset="micro", **kw):
@@ -355,20 +355,24 @@ def test_vram_layout_for_k8_and_k1_unchanged():
         prefill_rows(104)
 
 
-def test_prefill_attention_splits_fill_whole_waves_for_k8_and_keep_k1():
+def test_prefill_attention_splits_fill_whole_waves():
     import dataclasses
 
     for preset in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "tiny"):
-        one = dataclasses.replace(PRESETS[preset], action_decoding="parallel")
-        for sms in (8, 16, 132):  # one action: the split rule of before (the same graph)
-            group = one.num_attention_heads // one.num_key_value_heads
-            nrg = -(-40 * group // 64)
-            assert layout(one, 4096, sms).prefill_splits == attention_splits(sms, one.num_key_value_heads, nrg)
-    k8 = dataclasses.replace(PRESETS["qwen2.5-1.5b"], action_decoding="parallel", action_chunk=8)
-    # 1.5B on 8 SMs: 2 KV heads x 9 row groups = 18 blocks a split, 16 resident (2 an SM): one split is 2 waves of
-    # every key (2 units); 5 splits are 6 waves of a fifth (1.2; the best, 8 splits, 1.125)
-    assert attention_splits(8, 2, 9) == 1 and layout(k8, 4096, 8).prefill_splits == wave_splits(16, 18) == 5
-    assert wave_splits(264, 18) == 14  # whole H200: 252 blocks, one wave (the old rule: 15 splits, 270 blocks)
+        for K in (1, 8):
+            cfg = dataclasses.replace(PRESETS[preset], action_decoding="parallel", action_chunk=K)
+            group = cfg.num_attention_heads // cfg.num_key_value_heads
+            for sms in (8, 16, 132):
+                assert layout(cfg, 4096, sms).prefill_splits == prefill_attention_splits(
+                    sms, cfg.num_key_value_heads, 32 + 8 * K, group, cfg.head_dim)
+    # 1.5B (2 KV heads, group 6, head dim 128: one 8-warp block an SM) on 8 SMs: one action, 240 rows = 2 blocks of
+    # 128 a KV head: 2 splits fill the 8 SMs once. 8 actions, 576 rows = 5 blocks a KV head, 10 a split: 1 split is
+    # 2 waves of every key (2 units), 3 splits 4 waves of a third (1.33), the best (4, 8, ...) 1.25
+    assert prefill_attention_splits(8, 2, 40, 6, 128) == wave_splits(8, 4) == 2
+    assert prefill_attention_splits(8, 2, 96, 6, 128) == wave_splits(8, 10) == 3
+    # the 0.5B (group 7, head dim 64: two blocks an SM) on 8 SMs: 280 rows = 3 blocks a KV head
+    assert prefill_attention_splits(8, 2, 40, 7, 64) == wave_splits(16, 6) == 5
+    assert wave_splits(264, 18) == 14  # 252 blocks, one wave (15 splits: 270 blocks)
     assert wave_splits(16, 16) == 1 and wave_splits(10, 1) == 10
 
 

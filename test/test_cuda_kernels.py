@@ -195,11 +195,16 @@ def test_attention_partial_combine(k, T, n_prefix, nsplit, group, bidir_from, D)
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_attention_residency_is_what_the_plan_assumes(k, D):
-    """vram_plan.ATT_RESIDENT (the K > 1 prefill's split rule counts waves with it) is the occupancy API's answer."""
+    """vram_plan.ATT_RESIDENT (the prefill's split rule counts waves with it) is the occupancy API's answer for the
+    prefill's partial kernel, attn_partial_w8_<D> (256 threads, its dynamic shared memory)."""
     from vla_edge_ros.vram_plan import ATT_RESIDENT
 
     la = L.Launcher(k, cp.cuda.Stream(non_blocking=True))
-    assert la.blocks_per_sm(f"attn_partial_{D}", 128, fallback=0) == ATT_RESIDENT[D]
+    name, warps = L.att_partial_name(D, 32)
+    assert warps == 8
+    smem = L.att_smem_bytes(D, warps)
+    L._set_max_dynamic_smem(getattr(k, name), smem)
+    assert la.blocks_per_sm(name, 32 * warps, fallback=0, smem=smem) == ATT_RESIDENT[D]
 
 
 @pytest.mark.parametrize("H,rows", [(1536, 256), (896, 256), (2048, 256), (896, 4224)])

@@ -172,6 +172,22 @@ def test_gemv_shared_memory_the_launcher_passes_is_the_kernels_ring(tmp_path):
     compile_source(str(src), "sm_90")
 
 
+@pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
+def test_attention_shared_memory_the_launcher_passes_is_the_kernels(tmp_path):
+    """launch.att_smem_bytes (the dynamic shared memory of attn_partial_w8_<D>, the prefill's partial kernel) equals
+    attention.cuh's ATT_SMEM_BYTES and covers the tiles attention.cu lays out in it (Q's 128 rows, a K tile, two V
+    tiles): a smaller allocation would let the V tiles' cp.async write past it. Checked by the compiler."""
+    ns = _launch_py_names("ATT_TILE", "att_smem_bytes")
+    lines = ['#include "attention.cu"']
+    for D in (64, 128):
+        want = ns["att_smem_bytes"](D, 8)
+        lines.append(f"static_assert(ATT_SMEM_BYTES({D}, 8) == {want}, \"D {D}: the launcher asks for {want}\");")
+        lines.append(f"static_assert((128 + 3 * ATT_TILE) * ({D} + 8) * 2 <= {want}, \"D {D}: the tiles do not fit\");")
+    src = tmp_path / "att_smem_check.cu"
+    src.write_text("\n".join(lines) + "\n")
+    compile_source(str(src), "sm_90")
+
+
 def test_gemv_plan_covers_every_published_shape():
     """cuda/launch.py's GEMV plan (no CuPy): for the 0.5B / 1.5B / 3B shapes, each op's instance holds its whole K
     (q/k/v and gate/up in one segment, o / down in S segments of 256 kv), the masking instance (suffix p) runs

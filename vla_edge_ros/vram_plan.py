@@ -138,26 +138,27 @@ class Layout:
     parts: dict  # weights, kv, activations, graph_workspace, total (bytes)
 
 
-def attention_splits(sms: int, nkv: int, row_groups: int) -> int:
-    """Key splits of the prefill attention: about two partial blocks an SM (kernels/attention.cu), 1..64."""
-    return max(1, min(64, round(2 * int(sms) / (nkv * row_groups))))
-
-
-# attn_partial_<D> blocks an SM holds (128 threads; sm_90 ptxas: 243 registers a thread at D 128, 154 at D 64; shared
-# memory 43.5 / 23 KB): test_cuda_kernels checks these against the occupancy API
-ATT_RESIDENT = {64: 3, 128: 2}
+# attn_partial_w8_<D> (the prefill's partial kernel) blocks an SM holds (256 threads; sm_90 ptxas: 222 registers a
+# thread at D 128, 128 at D 64; shared memory 61 / 32 KB): test_cuda_kernels checks these against the occupancy API
+ATT_RESIDENT = {64: 2, 128: 1}
+ATT_BLOCK_ROWS = 128  # query rows (token x head in group) an attn_partial_w8 block computes
 WAVE_SLACK = 1.1  # wave_splits takes the fewest splits within this factor of the best waves per split
 
 
 def wave_splits(slots: int, blocks_per_split: int) -> int:
     """Key splits (1..64) of a prefill attention whose blocks come in waves of ``slots`` (SMs x resident blocks): each
     split adds ``blocks_per_split`` blocks and divides every block's keys, so the time goes as waves / splits; the
-    fewest splits within WAVE_SLACK of the least (every extra split costs a Q load and a partial to combine). The
-    K > 1 prefill's rule: there attention_splits' 'about two an SM' left one block over a wave (measured on 8 SMs at
-    1.5B: 18 blocks of all 4069 keys in 16 slots, two waves)."""
+    fewest splits within WAVE_SLACK of the least (every extra split costs a Q load and a partial to combine)."""
     cost = {s: -(-blocks_per_split * s // slots) / s for s in range(1, 65)}
     best = min(cost.values())
     return min(s for s, c in cost.items() if c <= WAVE_SLACK * best)
+
+
+def prefill_attention_splits(sms: int, nkv: int, tokens: int, group: int, head_dim: int) -> int:
+    """Key splits of a prefill attention of ``tokens`` query tokens: whole waves of attn_partial_w8 blocks (nkv x
+    ceil(tokens x group / 128) a split) over ``sms`` SMs."""
+    row_blocks = -(-int(tokens) * int(group) // ATT_BLOCK_ROWS)
+    return wave_splits(int(sms) * ATT_RESIDENT.get(int(head_dim), 1), int(nkv) * row_blocks)
 
 
 def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
@@ -175,11 +176,8 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     # the head: one launch over the K x 8 action rows when K > 1, a ticket a row; one action (8 launches, or a
     # decode pass's one) shares one ticket
     tickets = A if A > ACTION_TOKENS else 1
-    nrg_pre = math.ceil(tokens * group / 64)
-    if A > ACTION_TOKENS:  # K > 1 actions: whole waves (one action keeps the split of before: the same graph)
-        prefill_splits = wave_splits(int(sms) * ATT_RESIDENT.get(D, 2), NKV * nrg_pre)
-    else:
-        prefill_splits = attention_splits(sms, NKV, nrg_pre)
+    nrg_pre = math.ceil(tokens * group / 64)  # the partials' 64-row groups
+    prefill_splits = prefill_attention_splits(sms, NKV, tokens, group, D)
     parts_rows = max(NKV * nrg_pre * prefill_splits, NKV * DECODE_SPLITS) * 64
     n_in, n_out = io_bytes(H, cap, A)
     activations = {

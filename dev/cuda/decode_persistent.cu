@@ -128,7 +128,7 @@ __device__ __noinline__ void dec_attention_item(AttItem ai, DecAttHooks hk, unsi
     bf16_t* t = (bf16_t*)smem;
     const AttTiles<DH> tiles{(bf16_t(*)[DH + 8])t, (bf16_t(*)[DH + 8])(t + ATT_ROWS * (DH + 8)),
                              (bf16_t(*)[ATT_TILE][DH + 8])(t + (ATT_ROWS + ATT_TILE) * (DH + 8))};
-    attn_partial_body<DH>(ai, hk, tiles, q, NQ, kc, vc, order, params, q_off, 1, group, cap, cosT, sinT, scale_log2, 1,
+    attn_partial_body<DH, 4>(ai, hk, tiles, q, NQ, kc, vc, order, params, q_off, 1, group, cap, cosT, sinT, scale_log2, 1,
                           part_o, part_ml);
 }
 
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(DEC_THREADS, DEC_MINB) decode_pass(
         // 2. attention partials, one (KV head, split) item at a time on warps 0-3
         if (!(DEC_SKIP & 2) && threadIdx.x < 128) {
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                const AttItem ai{it % nkv, 0, it / nkv, 1, nsplit, (int)threadIdx.x};
+                const AttItem ai{it % nkv, 0, it / nkv, nsplit, (int)threadIdx.x};
                 dec_attention_item<DH>(ai, DecAttHooks{b + 0, nb}, dec_smem, q, NQ, ly.kc, ly.vc, order,
                                        params, q_off, group, cap, cosT, sinT, scale_log2, part_o, part_ml);
                 asm volatile("bar.sync 1, 128;" ::: "memory");  // the next item's staging reuses the tiles

@@ -418,24 +418,52 @@ def stamp(kernels, ts, i, run=None):
     _launch(kernels, run, "stamp", (1,), (1,), (ts, np.int32(i)))
 
 
+ATT_TILE = 32  # keys a tile (kernels/attention.cuh)
+
+
+def att_smem_bytes(D: int, warps: int) -> int:
+    """Shared memory of an attn_partial block of ``warps`` warps (attention.cuh ATT_SMEM_BYTES): Q's 16-row slabs, a K
+    tile and two V tiles, rows of D + 8 bf16."""
+    return (16 * int(warps) + 3 * ATT_TILE) * (int(D) + 8) * 2
+
+
+def att_partial_name(D: int, T: int, warps: int | None = None) -> tuple[str, int]:
+    """The partial kernel of a call of T query tokens and its warps: attn_partial_w8_<D> (8 warps, 128 rows a block:
+    two row groups share each K/V tile) for a prefill, attn_partial_<D> (4 warps, 64 rows) for a decode pass's T = 1;
+    ``warps`` 4 forces the 64-row instance (dev/cuda/attn_micro.py's A/B)."""
+    if warps is None:
+        warps = 8 if int(T) > 1 else 4
+    if warps not in (4, 8):
+        raise ValueError(f"attention blocks of 4 or 8 warps, not {warps}")
+    return (f"attn_partial_w8_{D}" if warps == 8 else f"attn_partial_{D}"), warps
+
+
 def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group, cap, cos, sin, bidir_from, nsplit,
-              part_o, part_ml, out, out_bf=None, run=None, dependent=True, out_f16=False):
-    """Typed launcher of kernels/attention.cu for one layer: attn_partial_<D> over (nkv, row groups, nsplit) blocks,
-    then attn_combine_<D> into out [T, nkv*group*D] fp32 (and out_bf bf16 when given; fp16 with ``out_f16``:
-    attn_combine_h_<D>); D = head_dim, read from the
-    cache's last axis (kc [nkv, cap, D]). Query t of q (row stride
-    q_stride) has position params[0] + q_off + t; rows t >= bidir_from see every key of the call."""
+              part_o, part_ml, out, out_bf=None, run=None, dependent=True, out_f16=False, warps=None):
+    """Typed launcher of kernels/attention.cu for one layer: the partial kernel (att_partial_name, ``warps``) over
+    (nkv, row blocks, nsplit) blocks, then attn_combine_<D> into out [T, nkv*group*D] fp32 (and out_bf bf16 when
+    given; fp16 with ``out_f16``: attn_combine_h_<D>) over the partials' 64-row groups; D = head_dim, read from the
+    cache's last axis (kc [nkv, cap, D]). Query t of q (row stride q_stride) has position params[0] + q_off + t; rows
+    t >= bidir_from see every key of the call."""
     i = np.int32
     D = int(kc.shape[-1])
     if D not in ATTN_HEAD_DIMS:
         raise ValueError(f"no attention kernel for head_dim {D} (built: {ATTN_HEAD_DIMS})")
     nrg = -(-T * group // 64)
+    partial, warps = att_partial_name(D, T, warps)
+    smem = 0
+    if warps == 8:  # dynamic shared memory (over 48 KB at D 128): the limit raised once a Kernels object
+        smem = att_smem_bytes(D, warps)
+        raised = kernels.__dict__.setdefault("att_smem_raised", set())
+        if partial not in raised:
+            _set_max_dynamic_smem(getattr(kernels, partial), smem)
+            raised.add(partial)
     scale = np.float32(np.log2(np.e) / np.sqrt(D))
-    calls = ((f"attn_partial_{D}", (nkv, nrg, nsplit), 128,
+    calls = ((partial, (nkv, -(-T * group // (16 * warps)), nsplit), 32 * warps,
               (q, i(q_stride), kc, vc, order, params, i(q_off), i(T), i(group), i(cap), cos, sin, scale,
-               i(bidir_from), part_o, part_ml)),
+               i(bidir_from), part_o, part_ml), smem),
              (f"attn_combine_{'h_' if out_f16 else ''}{D}", (nkv * nrg * 64,), D,
               (part_o, part_ml, i(nrg), i(nsplit), i(T), i(group), i(nkv * group * D), out,
-               np.uint64(0) if out_bf is None else out_bf)))
-    for name, grid, threads, args in calls:
-        _launch(kernels, run, name, grid, (threads,), args, dependent=dependent)
+               np.uint64(0) if out_bf is None else out_bf), 0))
+    for name, grid, threads, args, shared in calls:
+        _launch(kernels, run, name, grid, (threads,), args, shared_mem=shared, dependent=dependent)
