@@ -56,7 +56,7 @@ def decode_instance(be) -> str:
 
 def decode_smem_bytes(be) -> int:
     """Dynamic shared memory of a block: the largest GEMV ring of the plan, one attention body's tiles (attention.cuh
-    ATT_SMEM_BYTES), the combine's row groups."""
+    ATT_SMEM_BYTES(D, 4): its 4-warp body), the combine's row groups."""
     gv = be.gemv_launch
     ring = max(gemv_smem_bytes(gv.fmt, op, be.gemv[key]["kv"], gv.rb[op], gv.stages)
                for key, op in (("qkv", "qkv"), ("gateup", "gateup"), ("o", "proj"), ("down", "proj")))
