@@ -41,7 +41,6 @@ from vla_edge_ros.vram_plan import prefill_attention_splits, wave_splits  # noqa
 from _timing import graph_ms, variant_kernels  # noqa: E402
 
 CAP = 4096
-W4_RESIDENT = {64: 3, 128: 2}  # attn_partial_<D> (4 warps) blocks an SM (sm_90: 128 / 244 registers a thread)
 SHAPES = {"0.5b": (2, 7, 64, 24), "1.5b": (2, 6, 128, 28), "3b": (2, 8, 128, 36)}  # KV heads, group, head dim, layers
 
 
@@ -99,7 +98,7 @@ def main(argv=None):
         order_d = cp.asarray(order)
         # (label, T, bidir_from, splits): the 32-row prefill, the 40-row (one action) and 96-row (8 actions) parallel
         # passes, a decode pass's attention; "auto": the plan's splits for the variant's blocks (8 warps: the
-        # backend's; 4 warps: whole waves of the 64-row blocks, W4_RESIDENT an SM)
+        # backend's; 4 warps: whole waves of the 64-row blocks, as many an SM as the occupancy API says)
         shapes = [(f"prefill T{T}", T, 32, ns) for T in (32, 40, 96) for ns in a.prefill_splits.split(",")]
         shapes += [("decode T1", 1, 1, ns) for ns in a.decode_splits.split(",")]
         for label, T, bidir, ns in shapes:
@@ -123,7 +122,8 @@ def main(argv=None):
                 if ns != "auto":
                     nsplit = int(ns)
                 elif warps == 4:
-                    nsplit = wave_splits(SMS * W4_RESIDENT[D], NKV * nrg)
+                    per_sm = go.blocks_per_sm(f"attn_partial_{D}", 128, fallback=2)
+                    nsplit = wave_splits(SMS * per_sm, NKV * nrg)
                 else:
                     nsplit = prefill_attention_splits(SMS, NKV, T, GROUP, D)
 

@@ -160,6 +160,15 @@ def _set_max_dynamic_smem(fn, nbytes: int) -> None:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared memory {nbytes}): {err}")
 
 
+def raise_dynamic_smem(kernels, name: str, nbytes: int) -> None:
+    """Raise kernel ``name``'s dynamic shared-memory limit to ``nbytes`` once: what was raised is kept on the Kernels
+    object, so every launcher of it (the decode GEMVs, the prefill attention) shares one record."""
+    raised = kernels.__dict__.setdefault("smem_raised", {})
+    if raised.get(name, 0) < nbytes:
+        _set_max_dynamic_smem(getattr(kernels, name), nbytes)
+        raised[name] = int(nbytes)
+
+
 class Gemm:
     """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format ("bf16" | "w4") and row count
     (GEMM_ROWS: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the tests alike.
@@ -255,7 +264,6 @@ class Gemv:
         self.k, self.fmt = kernels, fmt
         self.rb = dict(GEMV_RB[fmt], **(rb or {}))
         self.stages = int(stages or GEMV_STAGES[fmt])
-        self._smem_set: set[str] = set()
 
     def name(self, op: str, kv: int, partial: bool = False) -> str:
         """The kernel instance: op "qkv" | "gateup" | "proj", kv chunks of 256 a lane; ``partial``: the instance
@@ -265,10 +273,7 @@ class Gemv:
     def smem(self, op: str, kv: int, partial: bool = False) -> int:
         """Dynamic shared memory of a block of instance (op, kv); raises the kernel's limit once."""
         n = gemv_smem_bytes(self.fmt, op, kv, self.rb[op], self.stages)
-        name = self.name(op, kv, partial)
-        if name not in self._smem_set:
-            _set_max_dynamic_smem(getattr(self.k, name), n)
-            self._smem_set.add(name)
+        raise_dynamic_smem(self.k, self.name(op, kv, partial), n)
         return n
 
     def _w(self, W) -> tuple:
@@ -452,12 +457,9 @@ def attention(kernels, q, q_stride, kc, vc, order, params, q_off, T, nkv, group,
     nrg = -(-T * group // 64)
     partial, warps = att_partial_name(D, T, warps)
     smem = 0
-    if warps == 8:  # dynamic shared memory (over 48 KB at D 128): the limit raised once a Kernels object
+    if warps == 8:  # dynamic shared memory (over 48 KB at D 128)
         smem = att_smem_bytes(D, warps)
-        raised = kernels.__dict__.setdefault("att_smem_raised", set())
-        if partial not in raised:
-            _set_max_dynamic_smem(getattr(kernels, partial), smem)
-            raised.add(partial)
+        raise_dynamic_smem(kernels, partial, smem)
     scale = np.float32(np.log2(np.e) / np.sqrt(D))
     calls = ((partial, (nkv, -(-T * group // (16 * warps)), nsplit), 32 * warps,
               (q, i(q_stride), kc, vc, order, params, i(q_off), i(T), i(group), i(cap), cos, sin, scale,
