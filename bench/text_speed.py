@@ -10,9 +10,10 @@
 - decode: textgen.generate of --tokens greedy tokens after a 32-token prompt (no stop): tokens/s as
   vla-edge-generate reports it, after one warm-up token (the one-token graph's capture is not timed; the step
   textspeed also runs vla-edge-generate itself, capture included).
-Floors: a prompt block of <= 32 rows reads every layer's weights once (ceil(P / 32) reads), a text token the layers
-and the full head (bf16 V x H); both over the device's measured copy bandwidth. Uses only the backend's public
-methods, so the same file times an older tree (bench/gpu_run.sh step textspeed runs it on BASE too).
+Floors: a prompt block (PROMPT_ROWS rows, 32 in older trees) reads every layer's weights once (ceil(P / rows)
+reads), a text token the layers and the full head (bf16 V x H); both over the device's measured copy bandwidth. Uses
+only the backend's public methods, so the same file times an older tree (bench/gpu_run.sh step textspeed runs it on
+BASE too).
 """
 from __future__ import annotations
 
@@ -72,7 +73,9 @@ def main(argv=None) -> int:
     slots = np.arange(a.prompt, dtype=np.int32)
     prompt_ms, prompt_p90 = p50_ms(lambda: be.load_prompt(ids, slots))
     text_ms, text_p90 = p50_ms(lambda: be.text_logits(ids, 0, last_only=True))
-    blocks = -(-a.prompt // 32)
+    from vla_edge_ros import vram_plan
+    block_rows = getattr(vram_plan, "PROMPT_ROWS", 32)  # a prefill block's rows (32 in trees before PROMPT_ROWS)
+    blocks = -(-a.prompt // block_rows)
     prompt_floor = blocks * layers_bytes / (bw * 1e9) * 1e3
     be.text_logits(ids[:1], 0)  # warm-up: the one-token graph
     g = textgen.generate(be, rng.integers(0, V, 32), a.tokens)

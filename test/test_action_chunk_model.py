@@ -376,6 +376,33 @@ def test_prefill_attention_splits_fill_whole_waves():
     assert wave_splits(16, 16) == 1 and wave_splits(10, 1) == 10
 
 
+def test_layout_holds_every_prompt_block():
+    """A prompt / text block of T <= PROMPT_ROWS rows (CudaBackend._prefill_layers) writes T rows of the prefill
+    buffers and, with its own attention splits, nkv x ceil(T x group / 64) x splits partials of 64 rows (the combine
+    grid of cuda.launch.attention): the layout allocates both for every T, every chunk kind and SM count, so a block
+    never writes past a buffer."""
+    import dataclasses
+
+    from vla_edge_ros.vram_plan import PROMPT_ROWS
+
+    assert PROMPT_ROWS == 96  # the largest prefill GEMM instance (GEMM_ROWS)
+    for preset in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "tiny"):
+        base = PRESETS[preset]
+        for cfg in (base, dataclasses.replace(base, action_decoding="parallel", action_chunk=8)):
+            nkv, D = cfg.num_key_value_heads, cfg.head_dim
+            group = cfg.num_attention_heads // nkv
+            for sms in (8, 16, 132):
+                lay = layout(cfg, 4096, sms)
+                assert lay.buffer_rows >= max(lay.rows, PROMPT_ROWS)
+                for name in ("x_pre", "xb", "qkv", "gu", "att", "att_bf"):
+                    assert lay.buffers[name][0][0] == lay.buffer_rows, name
+                for T in (lay.tokens, *range(1, PROMPT_ROWS + 1)):
+                    nrg = -(-T * group // 64)
+                    need = nkv * nrg * prefill_attention_splits(sms, nkv, T, group, D) * 64
+                    assert lay.buffers["part_o"][0][0] >= need * D, (preset, sms, T)
+                    assert lay.buffers["part_ml"][0][0] >= need * 2, (preset, sms, T)
+
+
 def test_chunk_bytes_count_k_actions():
     import dataclasses
 

@@ -192,10 +192,12 @@ def test_tiny_semantic_policy_and_reordered_positions(tmp_path_factory, kind):
 
 @pytest.mark.parametrize("kind", ["bf16", "awq-parallel", "awq-parallel-k7-state"])
 def test_prompts_of_several_blocks_and_text_between_them_match_reference(tmp_path_factory, kind):
-    """The prompt's prefill runs as a CUDA graph a 32-row block, queued without a host sync between blocks (issue 41
-    item 4): prompts of 75 (32 + 32 + 11) and 40 (32 + 8) tokens, each followed by chunks compared with the
-    reference, with text calls between them (one token through the one-token graph, a 40-token block). The text
-    path's slot == position order must not outlive the next prompt, nor the chunk's order the next text call."""
+    """The prompt's prefill runs as a CUDA graph a block of up to PROMPT_ROWS (96) rows, queued without a host sync
+    between blocks (issue 41 item 4): prompts of 200 (96 + 96 + 8) and 40 tokens, each followed by chunks compared
+    with the reference, with text calls between them (one token through the one-token graph, a 40-token block). A
+    block that fits the chunk's GEMM takes it (8 rows; 40 rows with the 4-bit parallel kind's 40-row instance), a
+    larger one the 96-row GEMM. The text path's slot == position order must not outlive the next prompt, nor the
+    chunk's order the next text call."""
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.eviction import make_policy
     from vla_edge_ros.kv_cache import KvCache
@@ -204,7 +206,7 @@ def test_prompts_of_several_blocks_and_text_between_them_match_reference(tmp_pat
     cap, V = 512, tiny.cfg.vocab_size
     rng = np.random.default_rng(7)
     gpu, ref = CudaBackend(tiny, cap), ReferenceModel(tiny, cap)
-    for P in (75, 40, 75):
+    for P in (200, 40, 200):
         prompt = rng.integers(0, V, P)
         kv = KvCache(cap, P, make_policy("semantic"), action_tokens=tiny.cfg.action_tokens,
                      state_tokens=tiny.cfg.state_tokens)
@@ -220,7 +222,8 @@ def test_prompts_of_several_blocks_and_text_between_them_match_reference(tmp_pat
         got = [gpu.text_logits(text[:40], 0, last_only=True), gpu.text_logits(text[40:], 40)]
         want = [ref.text_logits(text[:40], 0, last_only=True), ref.text_logits(text[40:], 40)]
         text_compare(np.concatenate(got), np.concatenate(want))
-    assert sorted(gpu._block_graphs) == [8, 11, 32]  # a graph per block size, captured once
+    assert sorted(gpu._block_graphs) == [8, 40, 96]  # a graph per block size, captured once
+    assert (gpu.gemm_prompt is gpu.gemm) == (gpu.lay.rows == 96)
 
 
 # ------------------------------------------------------------------ the published Qwen2.5 shapes (issue 27)
@@ -404,8 +407,8 @@ def text_compare(got, ref, max_rel_delta=MAX_REL_DELTA, min_cos=0.999):
                                             ("0.5b", "bf16", False), ("0.5b", "awq-parallel", True),
                                             ("3b", "bf16", True)])
 def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie):
-    """CudaBackend.text_logits vs ReferenceModel.text_logits, full vocabulary: a 75-token text from position 0 (three
-    32-row prefill blocks, the last partial), then 3 single tokens (the decode GEMV pass + head GEMV), then a 5-token
+    """CudaBackend.text_logits vs ReferenceModel.text_logits, full vocabulary: a 110-token text from position 0 (two
+    prefill blocks, 96 rows and a partial 14), then 3 single tokens (the decode GEMV pass + head GEMV), then a 5-token
     block after them, and last_only; the robot chunk's VRAM plan is unchanged by the lazily uploaded head."""
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.vram_plan import text_head_bytes
@@ -416,24 +419,24 @@ def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie):
         w = shaped_weights(tmp_path_factory, shape, kind, tie=tie)
     V, cap = w.cfg.vocab_size, 256
     rng = np.random.default_rng()
-    ids = rng.integers(0, V, 86)
+    ids = rng.integers(0, V, 121)
     gpu, ref = CudaBackend(w, cap), ReferenceModel(w, cap)
     plan_before = dict(gpu.plan)
-    got = [gpu.text_logits(ids[:75], 0)]
-    want = [ref.text_logits(ids[:75], 0)]
-    assert got[0].shape == (75, V) and got[0].dtype == np.float32
-    for t in range(75, 78):
+    got = [gpu.text_logits(ids[:110], 0)]
+    want = [ref.text_logits(ids[:110], 0)]
+    assert got[0].shape == (110, V) and got[0].dtype == np.float32
+    for t in range(110, 113):
         got.append(gpu.text_logits(ids[t:t + 1], t))
         want.append(ref.text_logits(ids[t:t + 1], t))
-    got.append(gpu.text_logits(ids[78:83], 78))
-    want.append(ref.text_logits(ids[78:83], 78))
-    last = gpu.text_logits(ids[83:86], 83, last_only=True)
-    want_last = ref.text_logits(ids[83:86], 83, last_only=True)
+    got.append(gpu.text_logits(ids[113:118], 113))
+    want.append(ref.text_logits(ids[113:118], 113))
+    last = gpu.text_logits(ids[118:121], 118, last_only=True)
+    want_last = ref.text_logits(ids[118:121], 118, last_only=True)
     assert last.shape == (1, V)
     wc, wd = text_compare(np.concatenate(got + [last]), np.concatenate(want + [want_last]))
     print(f"text_logits {shape} {kind} tie={tie}: worst cosine {wc:.6f}, max |delta| / max |ref| {wd:.2e}")
     assert gpu.plan == plan_before
-    assert gpu.peak_vram_bytes <= gpu.plan["total"] + text_head_bytes(w.cfg, gpu.lay.rows)
+    assert gpu.peak_vram_bytes <= gpu.plan["total"] + text_head_bytes(w.cfg)
     with pytest.raises(ValueError):
         gpu.text_logits(ids[:10], cap - 5)
     del gpu

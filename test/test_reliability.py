@@ -145,9 +145,9 @@ def test_vram_plan_per_published_shape(preset, layers, nkv, hd):
     w4 = vram_plan(dataclasses.replace(cfg, quant=QuantConfig("awq")), 4096)
     assert w4["kv"] == plan["kv"] and 0.2 < w4["weights"] / plan["weights"] < 0.35
     assert plan["total"] < 8 * GIB and w4["total"] < plan["total"]
-    # text_logits' full head (V rows padded to 128, bf16) + one 48-row block of fp32 logits
+    # text_logits' full head (V rows padded to 128, bf16) + one 96-row prefill block of fp32 logits
     vp = -(-cfg.vocab_size // 128) * 128  # 151936 is 1187 x 128 already
-    assert text_head_bytes(cfg) == 2 * vp * cfg.hidden_size + 4 * 48 * vp
+    assert text_head_bytes(cfg) == 2 * vp * cfg.hidden_size + 4 * 96 * vp
 
 
 def test_cuda_shapes_every_published_size_runs_and_the_rest_is_one_line():

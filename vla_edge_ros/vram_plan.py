@@ -11,6 +11,7 @@ start-up and what the engine allocates cannot disagree.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,6 +26,10 @@ H100_SMS = 132  # the SM count used when none is given (H100/H200); it only size
 # 16 and 8; BENCHMARKS.md, issue 18)
 DECODE_SPLITS = 64
 PREFILL_ROWS_MAX = 96  # the largest prefill GEMM instance (kernels/gemm.cu): 32 vision rows + 64 action queries
+# Rows of a prompt / text prefill block (CudaBackend.load_prompt, text_logits): the largest GEMM instance, so a
+# 352-token instruction is 4 blocks that each read the weights once, not 11 of 32 rows (BENCHMARKS.md, "Prompt blocks
+# of 96 rows")
+PROMPT_ROWS = PREFILL_ROWS_MAX
 MAX_HIDDEN = 2048  # the decode GEMVs keep a whole row of x in a warp's registers: 256 * 8 values
 TEXT_ROWS_ALIGN = 128  # the full LM head of text_logits is padded to this many rows (the bf16 prefill GEMM's block)
 ALLOWANCE = 16 * MIB  # graph exec, module images, pool rounding
@@ -128,8 +133,9 @@ def prefill_rows(tokens: int) -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    rows: int  # prefill GEMM rows (prefill_rows): 32, 48 (32 vision + 8 parallel action queries + 8 zero rows) or
-    # 96 (32 vision + 8 K action queries of K = 2..8 actions, zero rows to 96)
+    rows: int  # the chunk's prefill GEMM rows (prefill_rows): 32, 48 (32 vision + 8 parallel action queries + 8 zero
+    # rows) or 96 (32 vision + 8 K action queries of K = 2..8 actions, zero rows to 96)
+    buffer_rows: int  # rows of the prefill's activation buffers: the chunk's and a prompt block's (PROMPT_ROWS)
     tokens: int  # prefill tokens: 32, or 32 + 8 K with parallel action decoding; + 1 (the state) with a state input
     decode_passes: int  # 8 (autoregressive) or 0 (parallel)
     decode_splits: int
@@ -154,11 +160,19 @@ def wave_splits(slots: int, blocks_per_split: int) -> int:
     return min(s for s, c in cost.items() if c <= WAVE_SLACK * best)
 
 
+@functools.lru_cache(maxsize=4096)  # layout() asks for every prompt block size of a shape
 def prefill_attention_splits(sms: int, nkv: int, tokens: int, group: int, head_dim: int) -> int:
     """Key splits of a prefill attention of ``tokens`` query tokens: whole waves of attn_partial_w8 blocks (nkv x
     ceil(tokens x group / 128) a split) over ``sms`` SMs."""
     row_blocks = -(-int(tokens) * int(group) // ATT_BLOCK_ROWS)
     return wave_splits(int(sms) * ATT_RESIDENT.get(int(head_dim), 1), int(nkv) * row_blocks)
+
+
+def prefill_partial_rows(sms: int, nkv: int, tokens: int, group: int, head_dim: int) -> int:
+    """Rows of attention partials (64-row groups x splits x KV heads, 64 rows each) a prefill of ``tokens`` query
+    tokens writes with its prefill_attention_splits."""
+    groups = -(-int(tokens) * int(group) // 64)
+    return int(nkv) * groups * prefill_attention_splits(sms, nkv, tokens, group, head_dim) * 64
 
 
 def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
@@ -173,16 +187,20 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     S = int(getattr(cfg, "state_tokens", 0))  # the state's token (1 with a state input)
     tokens = VISION_TOKENS + S + (A if parallel else 0)
     rows = prefill_rows(tokens)
+    buffer_rows = max(rows, PROMPT_ROWS)
     # the head: one launch over the K x 8 action rows when K > 1, a ticket a row; one action (8 launches, or a
     # decode pass's one) shares one ticket
     tickets = A if A > ACTION_TOKENS else 1
-    nrg_pre = math.ceil(tokens * group / 64)  # the partials' 64-row groups
     prefill_splits = prefill_attention_splits(sms, NKV, tokens, group, D)
-    parts_rows = max(NKV * nrg_pre * prefill_splits, NKV * DECODE_SPLITS) * 64
+    # the partials of the chunk's prefill, of every prompt block (1..PROMPT_ROWS rows: the splits are per block size)
+    # and of a decode pass
+    parts_rows = max(max(prefill_partial_rows(sms, NKV, t, group, D) for t in (tokens, *range(1, PROMPT_ROWS + 1))),
+                     NKV * DECODE_SPLITS * 64)
     n_in, n_out = io_bytes(H, cap, A)
     activations = {
-        "x_pre": ((rows, H), "float32"), "xb": ((rows, max(H, I)), "uint16"), "qkv": ((rows, NQKV), "float32"),
-        "gu": ((rows, 2 * I), "float32"), "att": ((rows, NQ), "float32"), "att_bf": ((rows, NQ), "uint16"),
+        "x_pre": ((buffer_rows, H), "float32"), "xb": ((buffer_rows, max(H, I)), "uint16"),
+        "qkv": ((buffer_rows, NQKV), "float32"), "gu": ((buffer_rows, 2 * I), "float32"),
+        "att": ((buffer_rows, NQ), "float32"), "att_bf": ((buffer_rows, NQ), "uint16"),
         "xdec": ((H,), "float32"), "qdec": ((NQ,), "float32"), "attdec": ((NQ,), "float32"),
         "act": ((I,), "float32"), "logits": ((A, ACTION_VOCAB), "float32"), "ticket": ((tickets,), "int32"),
     }
@@ -209,14 +227,14 @@ def layout(cfg, capacity: int, sms: int = H100_SMS) -> Layout:
     ws = nbytes(workspace) + ALLOWANCE
     parts = {"weights": weights, "kv": kv, "activations": act, "graph_workspace": ws,
              "total": weights + kv + act + ws}
-    return Layout(rows=rows, tokens=tokens, decode_passes=0 if parallel else ACTION_TOKENS,
+    return Layout(rows=rows, buffer_rows=buffer_rows, tokens=tokens, decode_passes=0 if parallel else ACTION_TOKENS,
                   decode_splits=DECODE_SPLITS, prefill_splits=prefill_splits,
                   buffers={**activations, **workspace}, parts=parts)
 
 
-def text_head_bytes(cfg, rows: int = 48) -> int:
+def text_head_bytes(cfg, rows: int = PROMPT_ROWS) -> int:
     """Device bytes CudaBackend.text_logits adds on its first call (never part of the robot chunk's plan): the full LM
-    head in bf16, padded to TEXT_ROWS_ALIGN rows, and its fp32 logits for one GEMM row block."""
+    head in bf16, padded to TEXT_ROWS_ALIGN rows, and its fp32 logits for one prefill block (PROMPT_ROWS rows)."""
     vp = _align(int(cfg.vocab_size), TEXT_ROWS_ALIGN)
     return 2 * vp * int(cfg.hidden_size) + 4 * rows * vp
 

@@ -26,13 +26,14 @@ kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the pref
 the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
 
-Prompt (``load_prompt``, an instruction change) and text prefill: blocks of 32 rows through the same layers, each
-block one CUDA graph (captured once per block size) launched after an H2D copy of its rows and params from pinned
-staging, so a long prompt is queued without a host sync between blocks.
+Prompt (``load_prompt``, an instruction change) and text prefill: blocks of up to PROMPT_ROWS (96) rows through the
+same layers (the 96-row GEMM instance; a last block that fits the chunk's GEMM takes that one), each block one CUDA
+graph (captured once per block size) launched after an H2D copy of its rows and params from pinned staging, so a long
+prompt is queued without a host sync between blocks.
 Text (``text_logits``, for vla-edge-generate and the real-weight gates): full-vocabulary logits of a token sequence,
 outside the chunk graph: prefill in those blocks, decode (one token) as one graph (the GEMV pass and the full head
 GEMV, logits back into pinned memory), the full LM head (all V rows, bf16) of a block through the bf16 prefill GEMM.
-The head and its logits buffer (vram_plan.text_head_bytes: 0.28 GiB for the 0.5B shape) are uploaded on the first
+The head and its logits buffer (vram_plan.text_head_bytes: 0.31 GiB for the 0.5B shape) are uploaded on the first
 text_logits call, so the robot chunk's VRAM plan does not change. Text shares the KV cache with the robot chunk
 (slot == position): a text call overwrites slots start..start+T-1, so load the prompt again before the next
 run_chunk.
@@ -50,12 +51,12 @@ from ..contract import BackendResult, PhaseTimings
 from ..model import ops
 from ..model.safetensors_io import bf16_to_f32, f32_to_bf16, release_pages
 from ..model.weights import action_queries
-from ..vram_plan import (GIB, N_STAMPS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
-                         check_vram_plan, in_layout, layout, out_layout, text_head_bytes)
+from ..vram_plan import (GIB, N_STAMPS, PROMPT_ROWS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
+                         check_vram_plan, in_layout, layout, out_layout, prefill_attention_splits, text_head_bytes)
 from .act_format import FP16_ACT_LIMIT, fp16_activation_bound
 from .kernels import Kernels
-from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
-                     stamp, state_project, vision_encode)
+from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemm_kernel_rows, gemv_plan, kv_write,
+                     lm_head_argmax, rmsnorm_bf16, stamp, state_project, vision_encode)
 
 i32, f32 = np.int32, np.float32
 
@@ -115,9 +116,15 @@ class CudaBackend:
         self._upload_weights(weights)
         self.gemv_launch = Gemv(self.k, self.weight_format)
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
-        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens,
-                         xfmt="fp16" if self.x16 else "bf16")
-        self.gemm_slots = self.sms * self.launch.blocks_per_sm(self.gemm.name, self.gemm.threads, 1, self.gemm.smem)
+        xfmt = "fp16" if self.x16 else "bf16"
+        # the chunk's prefill GEMM, and the prompt blocks' (the same one when the chunk has PROMPT_ROWS rows); a block
+        # of at most chunk_gemm_rows rows takes the chunk's
+        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens, xfmt=xfmt)
+        self.chunk_gemm_rows = gemm_kernel_rows(self.weight_format, self.lay.rows, self.lay.tokens)
+        self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else Gemm(
+            self.k, self.weight_format, PROMPT_ROWS, tokens=PROMPT_ROWS, xfmt=xfmt)
+        self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
+                           for g in (self.gemm, self.gemm_prompt)}
         self._allocate()
         self._peak = 0
         self._note_peak()
@@ -177,7 +184,7 @@ class CudaBackend:
             setattr(self, name, cp.zeros(shape, dtype))
         # the prefill's SwiGLU output (bf16 [rows, I], written by the gate/up GEMM, read by the down GEMM) lives in
         # the plan's "gu" buffer (sized for the fp32 gate|up pair the unfused path needed: twice what this uses)
-        rows = self.lay.rows
+        rows = self.lay.buffer_rows
         self.act_pre = self.gu.reshape(-1).view(cp.uint16)[:rows * self.I].reshape(rows, self.I)
         cos, sin = ops.rope_cos_sin(np.arange(cap), D, self.cfg.rope_theta)
         self.cos.set(cos)
@@ -217,35 +224,39 @@ class CudaBackend:
         self._peak = max(self._peak if hasattr(self, "_peak") else 0, self._pool.used_bytes() - self._pool_base)
 
     # ------------------------------------------------------------------------------------ kernel plans
-    def _gemm(self, X, W, Y, N, K, mode):
-        """Prefill GEMM (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
-        g = self.gemm
+    def _gemm(self, g, X, W, Y, N, K, mode):
+        """Prefill GEMM ``g`` (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
         if mode == "swiglu":
             g(X, self._w(W), N, K, mode, act=Y, run=self.launch)
         else:
-            g(X, self._w(W), N, K, mode, Y=Y, ks=g.split(N, K, mode, self.gemm_slots), run=self.launch)
+            g(X, self._w(W), N, K, mode, Y=Y, ks=g.split(N, K, mode, self.gemm_slots[g.name]), run=self.launch)
 
     # ------------------------------------------------------------------------------------ the graph body
     def _prefill_layers(self, T: int, bidir_from: int):
-        """All layers for T tokens at positions n_prefix..n_prefix+T-1 (x in self.x_pre); plain launches."""
+        """All layers for T tokens at positions n_prefix..n_prefix+T-1 (x in self.x_pre); plain launches. The chunk's
+        T takes the chunk's GEMM; a prompt block the chunk's GEMM if it fits, else the PROMPT_ROWS one. The attention
+        splits are those of T rows (vram_plan sized the partials for every T up to PROMPT_ROWS)."""
         H, I, eps = self.H, self.I, f32(self.cfg.rms_norm_eps)
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
-        nsp = self.lay.prefill_splits
+        if T > PROMPT_ROWS:
+            raise ValueError(f"a prefill of {T} rows: at most {PROMPT_ROWS} a block")
+        gm = self.gemm if T <= self.chunk_gemm_rows else self.gemm_prompt
+        nsp = prefill_attention_splits(self.sms, self.NKV, T, self.group, D)  # the chunk's: lay.prefill_splits
         go = self.launch
         for li, lw in enumerate(self.layers):
             kc, vc = self.kc[li], self.vc[li]
             rmsnorm_bf16(self.k, self.x_pre, lw["ln1"], eps, H, T, self.xb, lw["bqkv"], NQKV, self.qkv, run=go,
                          dependent=False, f16=self.x16)
-            self._gemm(self.xb, lw["wqkv"], self.qkv, NQKV, H, "add")
+            self._gemm(gm, self.xb, lw["wqkv"], self.qkv, NQKV, H, "add")
             kv_write(self.k, self.qkv, T, NQ, NKVD, D, kc, vc, self.order_dev, self.params_dev, 0, cap, run=go,
                      dependent=False)
             attention(self.k, self.qkv, NQKV, kc, vc, self.order_dev, self.params_dev, 0, T, self.NKV, self.group, cap,
                       self.cos, self.sin, bidir_from, nsp, self.part_o, self.part_ml, self.att, self.att_bf, run=go,
                       dependent=False, out_f16=self.x16)
-            self._gemm(self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
+            self._gemm(gm, self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
             rmsnorm_bf16(self.k, self.x_pre, lw["ln2"], eps, H, T, self.xb, run=go, dependent=False, f16=self.x16)
-            self._gemm(self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16 (fp16)
-            self._gemm(self.act_pre, lw["wd"], self.x_pre, H, I, "add")
+            self._gemm(gm, self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16 (fp16)
+            self._gemm(gm, self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
     def _decode_layers(self, q_off: int):
         """One token (x in self.xdec) through every layer at position params[0] + q_off, its K/V written into slot
@@ -399,14 +410,14 @@ class CudaBackend:
         if st is None or st[0].shape[0] < T or st[1].shape[0] < n:
             rows = max(T, st[0].shape[0] if st else 0)
             st = self._stage = (cupyx.empty_pinned((rows, self.H), np.float32),
-                                cupyx.empty_pinned((-(-rows // VISION_TOKENS), 4), np.int32))
+                                cupyx.empty_pinned((-(-rows // PROMPT_ROWS), 4), np.int32))
         return st
 
     def _block_graph(self, T: int):
-        """The prefill of one block of T <= 32 rows (x_pre rows 0..T-1 at positions params[0].., their K/V written
-        into the slots the order table gives) as one CUDA graph, captured on first use for each T: x_pre's rows T..
-        zeroed, then every layer. A long prompt is then a graph launch a block with no host sync between blocks,
-        not 9 host launches a layer a block (BENCHMARKS.md "Prompt and text paths")."""
+        """The prefill of one block of T <= PROMPT_ROWS rows (x_pre rows 0..T-1 at positions params[0].., their K/V
+        written into the slots the order table gives) as one CUDA graph, captured on first use for each T: x_pre's
+        rows T.. zeroed, then every layer. A long prompt is then a graph launch a block with no host sync between
+        blocks, not 9 host launches a layer a block (BENCHMARKS.md "Prompt and text paths")."""
         g = self._block_graphs.get(T)
         if g is None:
             rt, row = cupy.cuda.runtime, 4 * self.H
@@ -419,11 +430,11 @@ class CudaBackend:
         return g
 
     def _prefill_blocks(self, emb: np.ndarray, position: int, after_block=None) -> None:
-        """Rows ``emb`` (float32 [T, H]) through every layer at positions position.., 32 rows a block (the order table
-        already on the device), their KV written: the prompt's and the text path's prefill. Per block: its rows and
-        params copied from pinned staging, then its graph; ``after_block(b0, Tb)`` (the text head) runs after each
-        block's graph is queued. Returns with the work queued, not done."""
-        T, blk = len(emb), VISION_TOKENS
+        """Rows ``emb`` (float32 [T, H]) through every layer at positions position.., PROMPT_ROWS rows a block (the
+        order table already on the device), their KV written: the prompt's and the text path's prefill. Per block: its
+        rows and params copied from pinned staging, then its graph; ``after_block(b0, Tb)`` (the text head) runs after
+        each block's graph is queued. Returns with the work queued, not done."""
+        T, blk = len(emb), PROMPT_ROWS
         n = -(-T // blk)
         xs, ps = self._block_staging(T, n)
         xs[:T] = emb
@@ -501,7 +512,7 @@ class CudaBackend:
         vp = -(-V // TEXT_ROWS_ALIGN) * TEXT_ROWS_ALIGN
         head = cp.zeros((vp, H), cp.uint16)
         head[:V].set(np.ascontiguousarray(self.head_host, dtype=np.uint16))
-        rows = self.lay.rows
+        rows = PROMPT_ROWS  # a prefill block's
         self._text = {
             "vp": vp, "head": head, "gemm": Gemm(self.k, "bf16", rows),
             "logits": cp.zeros((rows, vp), cp.float32), "ticket": cp.zeros(1, cp.int32),
@@ -543,8 +554,8 @@ class CudaBackend:
         """Full-vocabulary logits (float32 [T, V], or [1, V] with last_only) of tokens token_ids at positions start ..
         start+T-1, slot == position (identity order); each token attends causally to positions 0 .. its own; start 0
         begins a new text (the twin: ReferenceModel.text_logits). Needs start + T <= capacity. T == 1 runs the decode
-        GEMV pass and the head GEMV (one graph); longer runs go through the prefill in blocks of 32 rows (a graph a
-        block) and the bf16 GEMM head."""
+        GEMV pass and the head GEMV (one graph); longer runs go through the prefill in blocks of PROMPT_ROWS rows (a
+        graph a block) and the bf16 GEMM head."""
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         T, start = len(ids), int(start)
         V = self.cfg.vocab_size
