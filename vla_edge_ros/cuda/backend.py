@@ -55,8 +55,8 @@ from ..vram_plan import (GIB, N_STAMPS, PROMPT_ROWS, TEXT_ROWS_ALIGN, VramPlanEr
                          check_vram_plan, in_layout, layout, out_layout, prefill_attention_splits, text_head_bytes)
 from .act_format import FP16_ACT_LIMIT, fp16_activation_bound
 from .kernels import Kernels
-from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemm_kernel_rows, gemv_plan, kv_write,
-                     lm_head_argmax, rmsnorm_bf16, stamp, state_project, vision_encode)
+from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
+                     stamp, state_project, vision_encode)
 
 i32, f32 = np.int32, np.float32
 
@@ -118,9 +118,8 @@ class CudaBackend:
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
         xfmt = "fp16" if self.x16 else "bf16"
         # the chunk's prefill GEMM, and the prompt blocks' (the same one when the chunk has PROMPT_ROWS rows); a block
-        # of at most chunk_gemm_rows rows takes the chunk's
+        # of at most gemm.kernel_rows rows takes the chunk's
         self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens, xfmt=xfmt)
-        self.chunk_gemm_rows = gemm_kernel_rows(self.weight_format, self.lay.rows, self.lay.tokens)
         self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else Gemm(
             self.k, self.weight_format, PROMPT_ROWS, tokens=PROMPT_ROWS, xfmt=xfmt)
         self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
@@ -240,7 +239,7 @@ class CudaBackend:
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
         if T > PROMPT_ROWS:
             raise ValueError(f"a prefill of {T} rows: at most {PROMPT_ROWS} a block")
-        gm = self.gemm if T <= self.chunk_gemm_rows else self.gemm_prompt
+        gm = self.gemm if T <= self.gemm.kernel_rows else self.gemm_prompt
         nsp = prefill_attention_splits(self.sms, self.NKV, T, self.group, D)  # the chunk's: lay.prefill_splits
         go = self.launch
         for li, lw in enumerate(self.layers):

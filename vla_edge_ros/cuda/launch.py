@@ -191,7 +191,8 @@ class Gemm:
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
         self.nb = gemm_block_rows(fmt, c)  # W rows a block
         kind = "w4h" if xfmt == "fp16" else fmt
-        self.name = f"gemm_{kind}_t{gemm_kernel_rows(fmt, rows, tokens)}"
+        self.kernel_rows = gemm_kernel_rows(fmt, rows, tokens)  # the rows the instance multiplies (<= rows)
+        self.name = f"gemm_{kind}_t{self.kernel_rows}"
         self.smem = gemm_smem_bytes(fmt, rows, c, tokens)
         self.threads = 128 * c.get("kw", 1)
         self.kstage = 64 * c.get("kw", 1)  # k per pipeline stage
