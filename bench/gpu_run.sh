@@ -55,7 +55,7 @@ for step in ${STEPS:-tests models bench peers}; do
   case $step in
   tests) say "tests"; gpu_tests 8 ;;
   micro) say "gemm micro $MICRO_ARGS"; timeout 300 $PY dev/cuda/gemm_micro.py $MICRO_ARGS \
-    --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bw]_|Error|error|Traceback" ;;
+    --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bfw]_|Error|error|Traceback" ;;
   models) say "models"; make_models ;;
   cmodels) say "chunk models ($PRESET)"; make_chunk_models ;;
   smodels) say "state models ($PRESET)"; make_state_models ;;

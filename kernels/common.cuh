@@ -50,8 +50,8 @@ __device__ __forceinline__ bf16_t f2bf(float f) {  // round to nearest even, as 
 __device__ __forceinline__ unsigned pack_bf2(float lo, float hi) {
     return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
 }
-// fp16 bits (round to nearest even, as numpy astype(float16)): the 4-bit prefill GEMM's activations where they
-// provably fit fp16's range (cuda/backend.py fp16_activations_fit; 3 more mantissa bits than bf16, issue 41).
+// fp16 bits (round to nearest even, as numpy astype(float16)): the prefill GEMMs' activations where they provably
+// fit fp16's range (cuda/act_format.py; 3 more mantissa bits than bf16, issue 41).
 __device__ __forceinline__ unsigned short f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
 __device__ __forceinline__ unsigned pack_h2(float lo, float hi) {
     return (unsigned)f2h(lo) | ((unsigned)f2h(hi) << 16);
@@ -90,6 +90,21 @@ __device__ __forceinline__ float dot8(uint4 w, const float* x) {
     s = fmaf(bfhi(w.z), x[5], s);
     s = fmaf(bflo(w.w), x[6], s);
     s = fmaf(bfhi(w.w), x[7], s);
+    return s;
+}
+
+// dot of 8 fp16 (one uint4) with 8 floats
+__device__ __forceinline__ float dot8h(uint4 w, const float* x) {
+    const float2 a = __half22float2(*(const __half2*)&w.x), b = __half22float2(*(const __half2*)&w.y);
+    const float2 c = __half22float2(*(const __half2*)&w.z), d = __half22float2(*(const __half2*)&w.w);
+    float s = a.x * x[0];
+    s = fmaf(a.y, x[1], s);
+    s = fmaf(b.x, x[2], s);
+    s = fmaf(b.y, x[3], s);
+    s = fmaf(c.x, x[4], s);
+    s = fmaf(c.y, x[5], s);
+    s = fmaf(d.x, x[6], s);
+    s = fmaf(d.y, x[7], s);
     return s;
 }
 

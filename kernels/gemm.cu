@@ -3,15 +3,18 @@
 // Prefill projections on the tensor cores (mma.sync m16n8k16, fp32 accumulation; sm_80-class: runs on an Orin):
 //   Y[T, N] (=|+=) X[T, K] . W[N, K]^T       (mode 0: store; mode 1: fp32 atomics, split-K, residual/bias fused)
 //   act[T, N/2] = silu(X . Wg^T) * (X . Wu^T) (mode 2: gate/up + SwiGLU fused; W = [gate rows; up rows], no split)
-// X bf16 (normalised activations), row stride K. Twins: ops.linear, ops.silu_mul for mode 2.
+// X bf16 (normalised activations; fp16 for the gemm_f16_* and gemm_w4h_* instances), row stride K. Twins:
+// ops.linear, ops.silu_mul for mode 2.
 // Two bodies, one a weight format (the format is a policy of the launcher, cuda/launch.py Gemm):
 //
-// bf16 W [N, K] (HF [out, in]): gemm_bf16_t32 / _t48 (48 = 32 vision tokens + 8 parallel action queries + zero
-// rows). X is the MMA's A operand (16-row tiles), W the B operand. A block owns NB = 32 * NT W rows (a warp 8 * NT:
-// NT n-tiles of 8) and a K range (grid.y splits K); 4 warps. Each 64-wide chunk's X tile (T x 64) and W tile (NB
-// rows x 64) are copied global -> shared with cp.async, STAGES deep, XOR-swizzled by row (conflict-free 16-byte
-// fragment loads). K is permuted consistently for A and B inside each chunk: lane q of a row takes the chunk's
-// elements 16q..16q+15, mma step s uses elements 4s..4s+3 of those (a dot product does not depend on the order).
+// 16-bit W [N, K] (HF [out, in]): gemm_bf16_t32 / _t48 (48 = 32 vision tokens + 8 parallel action queries + zero
+// rows) / _t96; gemm_f16_t* the same body on fp16 W and fp16 X (a bf16 model whose weights and activations fit fp16's
+// range, stored in fp16 on the device: cuda/act_format.py). X is the MMA's A operand (16-row tiles), W the B
+// operand. A block owns NB = 32 * NT W rows (a warp 8 * NT: NT n-tiles of 8) and a K range (grid.y splits K); 4
+// warps. Each 64-wide chunk's X tile (T x 64) and W tile (NB rows x 64) are copied global -> shared with cp.async,
+// STAGES deep, XOR-swizzled by row (conflict-free 16-byte fragment loads). K is permuted consistently for A and B
+// inside each chunk: lane q of a row takes the chunk's elements 16q..16q+15, mma step s uses elements 4s..4s+3 of
+// those (a dot product does not depend on the order).
 //
 // 4-bit W (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16, as gemv.cu): gemm_w4_t32 / _t40
 // (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied) / _t48 (41 or 33 real
@@ -126,15 +129,17 @@ __device__ __forceinline__ void load_a(uint4 (&a)[MT][2][2], const uint4* xs, in
         }
 }
 
-// acc += X . W^T over the chunk in stage st (bf16 weights).
-// One m16n8k16 step of a 16-row tile of X (its A fragment a, k-step s of the chunk) on one 8-column B fragment:
-// the A-fragment words are the same for both weight formats, only how b0/b1 are made differs.
+// acc += X . W^T over the chunk in stage st (16-bit weights: bf16, or fp16 when F16).
+// One m16n8k16 step of a 16-row tile of X (its A fragment a, k-step s of the chunk) on one 8-column B fragment.
+template <bool F16>
 __device__ __forceinline__ void mma_step(float (&c)[4], const uint4 (&a)[2][2], int s, unsigned b0, unsigned b1) {
-    mma_bf16_16816(c, word_of(a[0][0], a[0][1], 2 * s), word_of(a[1][0], a[1][1], 2 * s),
-                   word_of(a[0][0], a[0][1], 2 * s + 1), word_of(a[1][0], a[1][1], 2 * s + 1), b0, b1);
+    const unsigned a0 = word_of(a[0][0], a[0][1], 2 * s), a1 = word_of(a[1][0], a[1][1], 2 * s);
+    const unsigned a2 = word_of(a[0][0], a[0][1], 2 * s + 1), a3 = word_of(a[1][0], a[1][1], 2 * s + 1);
+    if (F16) mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
+    else mma_bf16_16816(c, a0, a1, a2, a3, b0, b1);
 }
 
-template <int MT>
+template <int MT, bool F16>
 __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtBf16::NT][4], int warp, int lane) {
     constexpr int NT = FmtBf16::NT;
     const int r = lane >> 2, q = lane & 3;
@@ -154,7 +159,8 @@ __device__ __forceinline__ void mma_stage(const uint4* st, float (&acc)[MT][FmtB
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int j = 0; j < NT; ++j)
-                mma_step(acc[mt][j], a[mt], s, word_of(b[j][0], b[j][1], 2 * s), word_of(b[j][0], b[j][1], 2 * s + 1));
+                mma_step<F16>(acc[mt][j], a[mt], s, word_of(b[j][0], b[j][1], 2 * s),
+                              word_of(b[j][0], b[j][1], 2 * s + 1));
         }
 }
 
@@ -195,7 +201,7 @@ struct GemmOut {
     }
 };
 
-template <class F, int MT>
+template <class F, int MT, bool F16>
 __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
                                           float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {
     extern __shared__ uint4 smem[];
@@ -227,7 +233,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
         const int cn = c + S - 1;
         if (cn < c1) load_stage<F, MT>(smem + ((cn - c0) % S) * STAGE, X, W, N, K, mode, cn);
         cp_async_commit();
-        mma_stage<MT>(smem + ((c - c0) % S) * STAGE + h * chunk_units<F, MT>(), acc, wq, lane);
+        mma_stage<MT, F16>(smem + ((c - c0) % S) * STAGE + h * chunk_units<F, MT>(), acc, wq, lane);
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;  // uniform over the block
@@ -265,7 +271,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
             for (int j = 0; j < HT; ++j)
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh)
-                    out.swiglu2<false>(mt * 16 + r + hh * 8, blockIdx.x * (NB / 2) + wq * (4 * NT) + j * 8 + q * 2,
+                    out.swiglu2<F16>(mt * 16 + r + hh * 8, blockIdx.x * (NB / 2) + wq * (4 * NT) + j * 8 + q * 2,
                                        acc[mt][j][2 * hh], acc[mt][j + HT][2 * hh], acc[mt][j][2 * hh + 1],
                                        acc[mt][j + HT][2 * hh + 1]);
         return;
@@ -285,7 +291,12 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
     extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_BF16, GEMM_MINB_BF16)                              \
     gemm_bf16_t##T(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y,            \
                    bf16_t* __restrict__ act, int N, int K, int mode) {                                           \
-        gemm_body<FmtBf16, MT>(X, W, Y, act, N, K, mode);                                                         \
+        gemm_body<FmtBf16, MT, false>(X, W, Y, act, N, K, mode);                                                  \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_BF16, GEMM_MINB_BF16)                              \
+    gemm_f16_t##T(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W, float* __restrict__ Y,             \
+                  bf16_t* __restrict__ act, int N, int K, int mode) {                                            \
+        gemm_body<FmtBf16, MT, true>(X, W, Y, act, N, K, mode);                                                   \
     }
 // ---------------------------------------------------------------------------------------------- 4-bit weights
 // Weights as the MMA's A operand (see the top). A block: 4 warps, NB = 64 * NW W rows (warp w: m16 tiles i of rows

@@ -12,6 +12,8 @@
 // ---- instances: the weight arguments of each format, then the same three bodies -------------------------------------
 #define GV_BF16_W const bf16_t* __restrict__ W
 #define GV_BF16_REF Bf16W{W}
+#define GV_F16_W const bf16_t* __restrict__ W
+#define GV_F16_REF F16W{W}
 #define GV_W4_W const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, int sbf
 #define GV_W4_REF Q4W{Q, SZ, sbf}
 
@@ -43,8 +45,10 @@
 // per KV: the full instances (K fills the segments) and the partial ones (suffix p)
 #define GV_FORMATS(KV)                                                                                                \
     GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, , true)                                                         \
+    GV_INSTANCES(f16, F16, GV_MINB_BF16_GATEUP, KV, , true)                                                           \
     GV_INSTANCES(w4, W4, 2, KV, , true)                                                                               \
     GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, p, false)                                                       \
+    GV_INSTANCES(f16, F16, GV_MINB_BF16_GATEUP, KV, p, false)                                                         \
     GV_INSTANCES(w4, W4, 2, KV, p, false)
 
 GV_FORMATS(1)

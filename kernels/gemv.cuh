@@ -1,8 +1,9 @@
 // Copyright 2026 vla_edge_ros maintainers
 // SPDX-License-Identifier: Apache-2.0
 // Decode GEMV bodies (one token), included by gemv.cu (one kernel per op) and dev/cuda/decode_persistent.cu (steps of
-// one persistent kernel): weights [N, K] (HF [out, in]) in bf16 or 4-bit (W4A16), fp32 activations, fp32
-// accumulation. One body per op (q/k/v, gate/up, o/down projection); the weight format is a policy (Bf16W, Q4W):
+// one persistent kernel): weights [N, K] (HF [out, in]) in bf16, fp16 (a bf16 model stored in fp16 for its fp16
+// prefill: cuda/act_format.py) or 4-bit (W4A16), fp32 activations, fp32 accumulation. One body per op (q/k/v,
+// gate/up, o/down projection); the weight format is a policy (Bf16W, F16W, Q4W):
 // how a lane copies its part of a row and how it dots it with x. Built for the fixed cost of small, latency-bound
 // launches inside one CUDA graph:
 //  - x lives in registers: lane l of a warp needs only x[8c .. 8c+7] for its chunks c = l + 32u (u < KV) of a row
@@ -21,7 +22,7 @@
 //   SZ uint32 [N, K/128] bits 0..15 = the group's scale (fp16, or bf16 when sbf != 0), bits 16..19 = its zero z;
 // w = (q - z) * s. Per word: s * (sum_k (16 + q_k) x_k - (16 + z) sum_k x_k), q and z small integers (3 ops an
 // element).
-// Kernel names: gemv_{bf16,w4}_{qkv,gateup,proj}_<KV>, KV = chunks a lane holds per K segment (segment = 256*KV
+// Kernel names: gemv_{bf16,f16,w4}_{qkv,gateup,proj}_<KV>, KV = chunks a lane holds per K segment (segment = 256*KV
 // elements). q/k/v and gate/up take the whole row in one segment (the norm needs all of x), so hidden sizes up to
 // 256*8 = 2048 are supported; the backend refuses larger ones at start-up. K need not fill the segments: any K that is
 // a multiple of 128 (hidden 896 = 3.5 x 256, FFN 4864 = 19 x 256) runs, the last segment holding nv = (K - off) / 8
@@ -60,14 +61,17 @@
 // ---- the weight formats: a row segment of 256*KV elements in a warp's ring slot --------------------------------------
 // issue: lane's copies of row m, elements off .. off + 256*KV, into `slot` (chunks c >= nv zero-filled: past the end
 // of the row); dot: that slot . x (lane's part).
-struct Bf16W {
+// 16-bit weights: bf16 (F16 false) or fp16 bits; either becomes a float in one instruction an element (a shift or
+// mask for bf16, HADD2.F32 for fp16), so the two run the same instruction count.
+template <bool F16>
+struct W16 {
     const bf16_t* W;
     static constexpr int NS = GV_NS_BF16, RB_QKV = 1, RB_PAIRS = 1, RB_PROJ = 1;
     // slot: uint4 [KV][32]: lane l's 16-byte chunk l + 32u at [u][l]
     template <int KV>
     static constexpr int row_bytes() { return 512 * KV; }
 
-    __device__ __forceinline__ Bf16W rows_from(int m0, int K) const { return {W + (size_t)m0 * K}; }
+    __device__ __forceinline__ W16 rows_from(int m0, int K) const { return {W + (size_t)m0 * K}; }
 
     template <int KV, bool FULL>
     __device__ __forceinline__ void issue(int K, int off, int nv, int m, unsigned char* slot, int lane) const {
@@ -87,10 +91,12 @@ struct Bf16W {
         const uint4* s = (const uint4*)slot + lane;
         float acc = 0.f;
 #pragma unroll
-        for (int u = 0; u < KV; ++u) acc += dot8(s[32 * u], xr[u]);
+        for (int u = 0; u < KV; ++u) acc += F16 ? dot8h(s[32 * u], xr[u]) : dot8(s[32 * u], xr[u]);
         return acc;
     }
 };
+using Bf16W = W16<false>;
+using F16W = W16<true>;
 
 // 16 + nibble k of w, as a float, in two integer ops: the nibble placed at bits 19..22 is the mantissa of a float
 // in [16, 32) (ulp 2^-19), so 0x41800000 | (n << 19) = 16 + n exactly.

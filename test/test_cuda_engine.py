@@ -288,11 +288,12 @@ def test_published_shapes_match_reference_through_evictions(tmp_path_factory, sh
     assert evictions >= 3
 
 
-@pytest.mark.parametrize("kind", ["awq", "awq-parallel", "awq-parallel-k8"])
+@pytest.mark.parametrize("kind", ["bf16", "bf16-parallel", "awq", "awq-parallel", "awq-parallel-k8"])
 @pytest.mark.parametrize("fp16_act", [False, True])
-def test_w4_prefill_activations_in_bf16_and_fp16(tmp_path_factory, kind, fp16_act):
-    """A 4-bit model's prefill GEMM inputs in either 16-bit format (cuda/act_format.py; the default is fp16 where the
-    weights bound them, as for these tiny models): chunk by chunk through evictions against the golden model."""
+def test_prefill_in_bf16_and_fp16(tmp_path_factory, kind, fp16_act):
+    """The prefill GEMMs in either 16-bit format (cuda/act_format.py; the default is fp16 where the weights bound the
+    activations, as for these tiny models; a bf16 model's layers are then fp16 on the device, its decode GEMVs
+    included): chunk by chunk through evictions against the golden model."""
     w = tiny_weights(tmp_path_factory, kind)
     worst, delta, evictions = run_through_evictions(w, fp16_act=fp16_act)
     print(f"tiny {kind} fp16_act={fp16_act}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}")
@@ -300,21 +301,35 @@ def test_w4_prefill_activations_in_bf16_and_fp16(tmp_path_factory, kind, fp16_ac
 
 
 def test_fp16_activation_choice(tmp_path_factory):
-    """fp16 prefill activations: chosen for a 4-bit model whose weights bound them under FP16_ACT_LIMIT, never for
-    bf16 weights (the bf16 GEMM multiplies bf16 weights; asking for it is an error); the bound's 4-bit row norms are
-    the dequantized weights' and its RMSNorm term is reached by a one-hot row."""
+    """fp16 prefill: chosen for a model whose weights bound the activations under FP16_ACT_LIMIT; a bf16 model's layers
+    are then fp16 on the device (the f16 GEMM and GEMV instances), unless a weight is past fp16's range (then bf16, and
+    asking for fp16 is an error); the bound's 4-bit row norms are the dequantized weights' and its RMSNorm term is
+    reached by a one-hot row."""
     from vla_edge_ros.cuda.act_format import FP16_ACT_LIMIT, _row_norms, fp16_activation_bound
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.model import ops
     from vla_edge_ros.model.quant import as_f32
+    from vla_edge_ros.model.safetensors_io import bf16_to_f32, f32_to_bf16
 
     w = tiny_weights(tmp_path_factory, "awq-parallel")
     assert fp16_activation_bound(w) <= FP16_ACT_LIMIT
     assert CudaBackend(w, 300).x16 and not CudaBackend(w, 300, fp16_act=False).x16
     b = tiny_weights(tmp_path_factory, "bf16-parallel")
-    assert not CudaBackend(b, 300).x16
-    with pytest.raises(ValueError, match="4-bit"):
-        CudaBackend(b, 300, fp16_act=True)
+    gb = CudaBackend(b, 300)
+    assert gb.x16 and gb.device_format == "f16" and gb.gemm.name.startswith("gemm_f16_")
+    assert all(p["name"].startswith("gemv_f16_") for p in gb.gemv.values())
+    wo = b.layers[0]["wo"]
+    assert (gb.layers[0]["wo"].get() == bf16_to_f32(wo).astype(np.float16).view(np.uint16)).all()
+    assert CudaBackend(b, 300, fp16_act=False).device_format == "bf16"
+    big = np.array(wo, copy=True)
+    big[0, 0] = f32_to_bf16(np.array([7.0e4], np.float32))[0]  # past fp16's 65504
+    b.layers[0]["wo"] = big
+    try:
+        assert CudaBackend(b, 300).device_format == "bf16"
+        with pytest.raises(ValueError, match="65504"):
+            CudaBackend(b, 300, fp16_act=True)
+    finally:
+        b.layers[0]["wo"] = wo
     wg = w.layers[0]["wg"]
     ref = np.sqrt((wg.dequantize().astype(np.float64) ** 2).sum(axis=1))
     assert np.allclose(_row_norms(wg), ref, rtol=1e-12)

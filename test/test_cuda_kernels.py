@@ -57,6 +57,16 @@ def act16(rng, shape, xfmt):
     return rng.standard_normal(shape).astype(np.float16).view(np.uint16)
 
 
+def w16(rng, shape, scale, fmt):
+    """A random 16-bit weight as the device holds it: (bits, float32 values). fmt "bf16": bf16 bits; "f16": the same
+    bf16 values converted to fp16 (a bf16 model stored in fp16: CudaBackend._linear), the values read back from fp16."""
+    b = bf(rng, shape, scale)
+    if fmt == "bf16":
+        return b, bf16_to_f32(b)
+    h = bf16_to_f32(b).astype(np.float16)
+    return h.view(np.uint16), h.astype(np.float32)
+
+
 def from16(bits, xfmt):
     """float32 values of 16-bit activation bits in format xfmt."""
     bits = np.asarray(bits, np.uint16)
@@ -75,7 +85,7 @@ def poison(shape, dtype=np.float32):
 i32 = np.int32
 
 
-def gemm(k, fmt, rows, xfmt="bf16"):
+def gemm(k, fmt, rows, xfmt=None):
     from vla_edge_ros.cuda.launch import Gemm
 
     return Gemm(k, fmt, rows, xfmt=xfmt)
@@ -99,14 +109,19 @@ def attention(*args, **kw):
                                          # 0.5B q/k/v, down; 3B q/k/v, down; the text head's store over many rows
                                          (1152, 896, "add", 5), (896, 4864, "add", 19), (2560, 2048, "add", 4),
                                          (2048, 11008, "add", 43), (8064, 896, "store", 1)])
-def test_gemm_bf16(k, rows, N, K, mode, ks):
-    """kernels/gemm.cu, bf16 weights: store, and split-K accumulation (ks slices, some empty) onto Y."""
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_gemm_16bit(k, fmt, rows, N, K, mode, ks):
+    """kernels/gemm.cu, 16-bit weights (bf16 with bf16 X; fp16 with fp16 X, gemm_f16_*): store, and split-K
+    accumulation (ks slices, some empty) onto Y."""
     rng = np.random.default_rng()
-    X, W = bf(rng, (rows, K)), bf(rng, (N, K), 0.05)
+    xfmt = "bf16" if fmt == "bf16" else "fp16"
+    X, (W, wf) = act16(rng, (rows, K), xfmt), w16(rng, (N, K), 0.05, fmt)
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
     Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
-    gemm(k, "bf16", rows)(cp.asarray(X), cp.asarray(W), N, K, mode, Y=Y, ks=ks)
-    ref = bf16_to_f32(X) @ bf16_to_f32(W).T + (y0 if mode == "add" else 0)
+    g = gemm(k, fmt, rows)
+    assert g.xfmt == xfmt and g.name == f"gemm_{fmt}_t{rows}"
+    g(cp.asarray(X), cp.asarray(W), N, K, mode, Y=Y, ks=ks)
+    ref = from16(X, xfmt) @ wf.T + (y0 if mode == "add" else 0)
     # fp32 sums of 8960 products in another order than NumPy's: measured 1.0e-5 at K = 8960
     assert rel(Y.get(), ref) < 3e-5
 
@@ -117,22 +132,22 @@ def swiglu_twin(X, w, inter):
     return ops.silu_mul(gu[:, :inter], gu[:, inter:])
 
 
-@pytest.mark.parametrize("fmt,xfmt", [("bf16", "bf16"), ("w4", "bf16"), ("w4", "fp16")])
+@pytest.mark.parametrize("fmt,xfmt", [("bf16", "bf16"), ("f16", "fp16"), ("w4", "bf16"), ("w4", "fp16")])
 @pytest.mark.parametrize("rows,inter,K", [(32, 8960, 1536), (48, 8960, 1536), (48, 256, 512), (32, 4864, 896),
                                           (48, 4864, 896), (32, 11008, 2048),
                                           # 96 rows: 32 vision + 64 action queries (8 actions)
                                           (96, 8960, 1536), (96, 4864, 896), (96, 256, 512)])
 def test_gemm_swiglu(k, fmt, xfmt, rows, inter, K):
-    """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu); the 4-bit
-    fp16 instance (gemm_w4h_*) takes X and writes act in fp16."""
+    """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu); the fp16
+    instances (gemm_f16_*, gemm_w4h_*) take X and write act in fp16."""
     rng = np.random.default_rng()
     X = act16(rng, (rows, K), xfmt)
     if fmt == "w4":
         Q, SZ, sbf, w = w4_random(rng, 2 * inter, K, "float16")
         wdev = (Q, SZ, sbf)
     else:
-        wb = bf(rng, (2 * inter, K), 0.05)
-        w, wdev = bf16_to_f32(wb), cp.asarray(wb)
+        wb, w = w16(rng, (2 * inter, K), 0.05, fmt)
+        wdev = cp.asarray(wb)
     act = poison((rows, inter), np.uint16)  # NaN in bf16 and in fp16
     gemm(k, fmt, rows, xfmt)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
     real = 40 if fmt == "w4" and rows == 48 else rows  # the 4-bit body multiplies a 48-row buffer's 40 real rows
@@ -421,21 +436,22 @@ def test_rmsnorm_swiglu_gather_kvwrite_stamp(k):
                                                (512, 512, 2, 3, 128), (512, 256, 1, 264, 128),
                                                (2048, 2048, 2, 264, 128), (896, 896, 2, 264, 64),
                                                (896, 896, 2, 5, 64), (640, 640, 1, 264, 64)])
-def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, blocks, D):
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_g4_qkv_writes_q_and_kv_slot(k, fmt, H, NQ, NKV, blocks, D):
     rng = np.random.default_rng()
     cap = 64
     NKVD = NKV * D
     N = NQ + 2 * NKVD
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
-    W, b = bf(rng, (N, H), 0.05), rng.standard_normal(N).astype(np.float32)
+    (W, wf), b = w16(rng, (N, H), 0.05, fmt), rng.standard_normal(N).astype(np.float32)
     order = cp.asarray(rng.permutation(cap).astype(np.int32))
     params = cp.asarray(np.array([5, -1, 0, 0], np.int32))
     q = poison(NQ)
     kc, vc = cp.zeros((NKV, cap, D), cp.uint16), cp.zeros((NKV, cap, D), cp.uint16)
-    gemv(k, "bf16").qkv(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), cp.asarray(b), H, NQ, NKVD, q, kc, vc,
-                        order, params, 3, cap, D, blocks)
-    ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), bf16_to_f32(W), b)
+    gemv(k, fmt).qkv(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), cp.asarray(b), H, NQ, NKVD, q, kc, vc,
+                     order, params, 3, cap, D, blocks)
+    ref = ops.linear(ops.rms_norm(x, bf16_to_f32(ln), 1e-6), wf, b)
     assert rel(q.get(), ref[:NQ]) < 1e-5
     slot = int(order[8].get())
     kv_k = bf16_to_f32(kc.get()[:, slot, :].reshape(-1))
@@ -446,16 +462,16 @@ def test_g4_qkv_writes_q_and_kv_slot(k, H, NQ, NKV, blocks, D):
 
 @pytest.mark.parametrize("H,inter,blocks", [(1536, 8960, 132), (1536, 8960, 7), (512, 1024, 3), (512, 1024, 264),
                                             (896, 4864, 132), (896, 4864, 5), (2048, 11008, 132), (384, 640, 264)])
-def test_g4_gateup(k, H, inter, blocks):
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_g4_gateup(k, fmt, H, inter, blocks):
     I = inter  # noqa: E741 - the intermediate size is I everywhere else
     rng = np.random.default_rng()
     x = rng.standard_normal(H).astype(np.float32)
     ln = f32_to_bf16((1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
-    W = bf(rng, (2 * I, H), 0.05)
+    W, Wf = w16(rng, (2 * I, H), 0.05, fmt)
     act = poison(I)
-    gemv(k, "bf16").gateup(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), H, I, act, blocks)
+    gemv(k, fmt).gateup(cp.asarray(x), cp.asarray(ln), 1e-6, cp.asarray(W), H, I, act, blocks)
     h = ops.rms_norm(x, bf16_to_f32(ln), 1e-6)
-    Wf = bf16_to_f32(W)
     assert rel(act.get(), ops.silu_mul(h @ Wf[:I].T, h @ Wf[I:].T)) < 1e-5
 
 
@@ -467,14 +483,15 @@ def test_g4_gateup(k, H, inter, blocks):
                                            (4864, 896, 7, 264), (4864, 896, 5, 9), (4864, 896, 1, 264),
                                            (11008, 2048, 7, 264), (11008, 2048, 5, 264), (2048, 2048, 3, 264),
                                            (384, 128, 8, 3)])
-def test_g4_proj_residual(k, K, N, kv, blocks):
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_g4_proj_residual(k, fmt, K, N, kv, blocks):
     rng = np.random.default_rng()
     a = rng.standard_normal(K).astype(np.float32)
-    W = bf(rng, (N, K), 0.05)
+    W, wf = w16(rng, (N, K), 0.05, fmt)
     y0 = rng.standard_normal(N).astype(np.float32)
     y = cp.asarray(y0)
-    gemv(k, "bf16").proj(cp.asarray(a), cp.asarray(W), K, N, y, kv, blocks)
-    assert rel(y.get() - y0, ops.linear(a, bf16_to_f32(W))) < 1e-5
+    gemv(k, fmt).proj(cp.asarray(a), cp.asarray(W), K, N, y, kv, blocks)
+    assert rel(y.get() - y0, ops.linear(a, wf)) < 1e-5
 
 
 def test_pdl_chain_launch_matches_plain(k):

@@ -123,21 +123,23 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
     ns = _launch_py_names("GEMM_CFG", "GEMM_ROWS", "gemm_smem_bytes", "gemm_block_rows", "gemm_kernel_rows")
     cfg = ns["GEMM_CFG"]
     b, w = cfg["bf16"], cfg["w4"]
+    assert cfg["f16"] == b  # the same body on fp16 weights
     assert (b["nt"], b["kw"], b["stages"]) == (defaults["GEMM_NT_BF16"], defaults["GEMM_KW_BF16"],
                                                defaults["GEMM_STAGES_BF16"])
     assert (w["nw"], w["stages"]) == (defaults["GEMM_NW_W4"], defaults["GEMM_STAGES_W4"])
     assert ns["gemm_block_rows"]("w4") == 64 * defaults["GEMM_NW_W4"]  # W4::NB
     assert ns["GEMM_ROWS"] == (32, 48, 96)
-    for fmt in ("bf16", "w4"):
+    for fmt in ("bf16", "f16", "w4"):
         for rows in ns["GEMM_ROWS"]:  # one block's dynamic shared memory (launch.gemm_smem_bytes) fits sm_90's 227 KB
             assert ns["gemm_smem_bytes"](fmt, rows) <= 227 * 1024
     # the instances the launcher names exist in the source
     with open(os.path.join(KDIR, "gemm.cu")) as f:
         src = f.read()
-    for fmt in ("bf16", "w4"):
+    for fmt in ("bf16", "f16", "w4"):
         for rows in ns["GEMM_ROWS"]:
             t = ns["gemm_kernel_rows"](fmt, rows)
-            assert re.search(rf"^GEMM_{'BF16' if fmt == 'bf16' else 'W4'}\(\d+, {t}[,)]", src, re.M), (fmt, t)
+            assert re.search(rf"^GEMM_{'W4' if fmt == 'w4' else 'BF16'}\(\d+, {t}[,)]", src, re.M), (fmt, t)
+    assert "gemm_f16_t##T(" in src and "gemm_w4h_t##T(" in src  # the fp16 instances of each macro
 
 
 def test_gemv_launcher_plan_matches_the_kernel_defaults():
@@ -149,8 +151,8 @@ def test_gemv_launcher_plan_matches_the_kernel_defaults():
         d = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (GV_\w+) (\d+)", f.read())}
     ns = _launch_py_names("GEMV_RB", "GEMV_STAGES")
     assert ns["GEMV_RB"]["w4"] == {"qkv": d["GV_RB_W4_QKV"], "gateup": d["GV_RB_W4_PAIRS"], "proj": d["GV_RB_W4_PROJ"]}
-    assert ns["GEMV_RB"]["bf16"] == {"qkv": 1, "gateup": 1, "proj": 1}  # Bf16W's RB_* constants
-    assert ns["GEMV_STAGES"] == {"bf16": d["GV_NS_BF16"], "w4": d["GV_NS_W4"]}
+    assert ns["GEMV_RB"]["bf16"] == ns["GEMV_RB"]["f16"] == {"qkv": 1, "gateup": 1, "proj": 1}  # W16's RB_*
+    assert ns["GEMV_STAGES"] == {"bf16": d["GV_NS_BF16"], "f16": d["GV_NS_BF16"], "w4": d["GV_NS_W4"]}
 
 
 @pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
@@ -160,7 +162,7 @@ def test_gemv_shared_memory_the_launcher_passes_is_the_kernels_ring(tmp_path):
     Checked by the compiler: static_asserts over the kernel's own templates, compiled with NVRTC (no GPU)."""
     ns = _launch_py_names("GEMV_RB", "GEMV_STAGES", "GEMV_WARPS", "gemv_smem_bytes")
     lines = ['#include "gemv.cu"']
-    for fmt, F in (("bf16", "Bf16W"), ("w4", "Q4W")):
+    for fmt, F in (("bf16", "Bf16W"), ("f16", "F16W"), ("w4", "Q4W")):
         for op, rb, rows in (("qkv", "RB_QKV", f"{F}::RB_QKV"), ("gateup", "RB_PAIRS", f"2 * {F}::RB_PAIRS"),
                              ("proj", "RB_PROJ", f"{F}::RB_PROJ")):
             for kv in range(1, 9):
@@ -203,14 +205,15 @@ def test_gemv_plan_covers_every_published_shape():
         assert 256 * (kv - 1) < H <= 256 * kv <= 2048, preset
         assert ns["gemv_partial"](H, kv) == (H % 256 != 0)
         for key, K in (("o", NQ), ("down", I)):
-            for fmt in ("bf16", "w4"):
+            for fmt in ("bf16", "f16", "w4"):
                 pk = ns["proj_kv"](K, ns["PROJ_KV"][fmt][key])
                 S = ns["proj_segments"](K, pk)
                 assert 1 <= pk <= ns["PROJ_KV"][fmt][key] and (S - 1) * 256 * pk < K <= S * 256 * pk, (preset, key)
                 assert ns["gemv_partial"](K, pk) == (K % (256 * pk) != 0)
                 if preset == "qwen2.5-1.5b":
-                    assert (pk, ns["gemv_partial"](K, pk)) == ({"o": 3, "down": 7 if fmt == "bf16" else 5}[key], False)
+                    assert (pk, ns["gemv_partial"](K, pk)) == ({"o": 3, "down": 5 if fmt == "w4" else 7}[key], False)
     with open(os.path.join(KDIR, "gemv.cu")) as f:
         src = f.read()
-    assert "GV_INSTANCES(bf16, BF16, GV_MINB_BF16_GATEUP, KV, p, false)" in src  # the masking instances exist
+    for fmt in ("bf16", "f16"):  # the masking instances exist
+        assert f"GV_INSTANCES({fmt}, {fmt.upper()}, GV_MINB_BF16_GATEUP, KV, p, false)" in src
     assert "GV_INSTANCES(w4, W4, 2, KV, , true)" in src

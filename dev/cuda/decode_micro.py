@@ -49,7 +49,7 @@ DEC_LAYER_FIELDS = ("ln1", "ln2", "bqkv", "wqkv", "sqkv", "wo", "so", "wgu", "sg
 def decode_instance(be) -> str:
     """The decode_pass instance of a backend's shape: the GEMV instances its per-op plan runs (be.gemv: kv and
     whether the last segment is partial, for the hidden rows (q/k/v, gate/up), o and down)."""
-    F = "Bf16W" if be.weight_format == "bf16" else "Q4W"
+    F = {"bf16": "Bf16W", "f16": "F16W", "w4": "Q4W"}[be.device_format]
     steps = [be.gemv[key] for key in ("qkv", "o", "down")]
     return f"decode_pass<{F}, {be.D}, " + ", ".join(f"{p['kv']}, {str(not p['partial']).lower()}" for p in steps) + ">"
 

@@ -21,8 +21,9 @@
 // on groups of DH threads (one query head's row each); the other warps go straight to the next step.
 // Twin: the per-op kernels it is built from (kernels/gemv.cu, kernels/attention.cu); decode_micro.py compares x after
 // one pass of each variant with the shipped kernels' chain.
-// Instances: decode_pass<F, DH, KVH, FH, KVO, FO, KVD, FD> (NVRTC name expressions), F = Bf16W | Q4W, DH = head_dim,
-// KV*/F* the GEMV instances of the hidden (q/k/v, gate/up), o and down rows (cuda/launch.py gemv_plan's choice).
+// Instances: decode_pass<F, DH, KVH, FH, KVO, FO, KVD, FD> (NVRTC name expressions), F = Bf16W | F16W | Q4W,
+// DH = head_dim, KV*/F* the GEMV instances of the hidden (q/k/v, gate/up), o and down rows (cuda/launch.py
+// gemv_plan's choice).
 #include "attention.cuh"
 #include "gemv.cuh"
 
@@ -58,8 +59,9 @@ struct DecLayer {
     bf16_t* vc;
 };
 
-__device__ __forceinline__ Bf16W dec_weights(Bf16W*, const void* w, const unsigned*, int) {
-    return Bf16W{(const bf16_t*)w};
+template <bool F16>
+__device__ __forceinline__ W16<F16> dec_weights(W16<F16>*, const void* w, const unsigned*, int) {
+    return W16<F16>{(const bf16_t*)w};
 }
 __device__ __forceinline__ Q4W dec_weights(Q4W*, const void* w, const unsigned* s, int sbf) {
     return Q4W{(const unsigned*)w, s, sbf};

@@ -40,6 +40,7 @@ VARIANTS = {
     "b_nt4": ("bf16", {"GEMM_NT_BF16": 4}, {"nt": 4}),
     "b_nt2_s6": ("bf16", {"GEMM_STAGES_BF16": 6}, {"stages": 6}),
     "b_kw2_s3": ("bf16", {"GEMM_KW_BF16": 2, "GEMM_STAGES_BF16": 3}, {"kw": 2, "stages": 3}),
+    "f_base": ("f16", {}, {}),  # the bf16 body on fp16 weights and fp16 X: gemm_f16_* (a bf16 model stored in fp16)
     "w_base": ("w4", {}, {}),
     "w_minb3": ("w4", {"GEMM_MINB_W4": 3}, {}),
     "w_nw4": ("w4", {"GEMM_NW_W4": 4, "GEMM_MINB_W4": 2}, {"nw": 4}),
@@ -61,6 +62,8 @@ def reference(fmt, X, W, N, K, mode, xfmt="bf16"):
     x = from16(X, xfmt)
     if fmt == "bf16":
         w = (W.astype(cp.uint32) << 16).view(cp.float32)
+    elif fmt == "f16":
+        w = W.view(cp.float16).astype(cp.float32)
     else:
         Q, SZ, _ = W  # fp16 scales
         nib = ((Q[:, :, None] >> (4 * cp.arange(8, dtype=cp.uint32))) & 15).reshape(N, K).astype(cp.float32)
@@ -104,6 +107,10 @@ def main():
                     Ws = [((rng.standard_normal((N, K), dtype=cp.float32) * 0.02).view(cp.uint32) >> 16)
                           .astype(cp.uint16) for _ in range(a.layers)]
                     nbytes = N * K * 2
+                elif fmt == "f16":
+                    Ws = [(rng.standard_normal((N, K), dtype=cp.float32) * 0.02).astype(cp.float16).view(cp.uint16)
+                          for _ in range(a.layers)]
+                    nbytes = N * K * 2
                 else:
                     Ws = [(rng.integers(0, 2 ** 31, (N, K // 8), dtype=cp.int64).astype(cp.uint32),
                            (cp.full((N, K // 128), 0x2000, cp.uint32) | (8 << 16)), i32(0)) for _ in range(a.layers)]
@@ -120,11 +127,12 @@ def main():
             t0 = time.perf_counter()
             k = variant_kernels(defines, only=["gemm.cu"])
             cfg = dict(GEMM_CFG[fmt], **over)
-            xfmt = cfg.pop("xfmt", "bf16")
+            xfmt = cfg.pop("xfmt", None)  # None: the launcher's default for the weights (fp16 for f16)
             la = Launcher(k, s, pdl=False)
             print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
             for rows in rows_list:
                 g = Gemm(k, fmt, rows, cfg=cfg, xfmt=xfmt)
+                xfmt = g.xfmt
                 per_sm = la.blocks_per_sm(g.name, g.threads, 1, g.smem)
                 slots = sms * per_sm
                 for key, (N, K, mode) in SHAPES.items():

@@ -19,10 +19,11 @@ loads of older keys rely on).
 
 Prefill, per layer: rmsnorm(+bias) -> GEMM q/k/v -> kv_write -> attn_partial -> attn_combine -> GEMM o (+res) ->
 rmsnorm -> GEMM gate/up + SwiGLU -> GEMM down (+res): 9 kernels (kernels/gemm.cu, through cuda.launch.Gemm). The GEMMs'
-inputs (the norms' outputs, the attention output, silu(gate) * up) are bf16, or fp16 for a 4-bit model whose weights
-bound them inside fp16's range (fp16_activation_bound; the gemm_w4h_* instances; issue 41).
-Weights: bf16, or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear layers of every layer; the
-kernels for each (gemv.cu for decode, gemm.cu's bf16 or w4 instance for the prefill) are chosen by
+inputs (the norms' outputs, the attention output, silu(gate) * up) are bf16, or fp16 where the model's weights bound
+them inside fp16's range (act_format.fp16_prefill; issue 41): a 4-bit model's gemm_w4h_* instances, a bf16 model's
+gemm_f16_* (its layers stored in fp16 on the device, the decode GEMVs reading them as such).
+Weights: bf16 (fp16 on the device, as above), or 4-bit (W4A16, model/quant.py QuantTensor) for the seven linear
+layers of every layer; the kernels for each (gemv.cu for decode, gemm.cu's instance for the prefill) are chosen by
 the model, not by a switch.
 Every device array comes from vram_plan.layout(): the plan checked at start-up is what is allocated.
 
@@ -53,7 +54,7 @@ from ..model.safetensors_io import bf16_to_f32, f32_to_bf16, release_pages
 from ..model.weights import action_queries
 from ..vram_plan import (GIB, N_STAMPS, PROMPT_ROWS, TEXT_ROWS_ALIGN, VramPlanError, check_cuda_shape,  # noqa: F401
                          check_vram_plan, in_layout, layout, out_layout, prefill_attention_splits, text_head_bytes)
-from .act_format import FP16_ACT_LIMIT, fp16_activation_bound
+from .act_format import fp16_prefill, fp16_weights_fit
 from .kernels import Kernels
 from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
                      stamp, state_project, vision_encode)
@@ -79,9 +80,9 @@ class CudaBackend:
                  fp16_act: bool | None = None):
         """``sms``: the multiprocessors to plan the grids for (default: the device's); ``stream``: the stream the
         chunk's graph is captured and launched on (default: a new non-blocking one). chunk_bench --sms passes a
-        green context's stream and its SM count. ``fp16_act``: a 4-bit model's prefill GEMM inputs (the RMSNorm
-        outputs, the attention output, silu(gate) * up) in fp16 instead of bf16; None (default): where
-        fp16_activation_bound proves they fit (the 4-bit GEMM multiplies q - z, exact in either format)."""
+        green context's stream and its SM count. ``fp16_act``: the prefill GEMM inputs (the RMSNorm outputs, the
+        attention output, silu(gate) * up) in fp16 instead of bf16, and a bf16 model's layers stored in fp16 on the
+        device for it; None (default): where act_format.fp16_prefill proves they fit."""
         cfg = self.cfg = weights.cfg
         check_cuda_shape(cfg)
         self.capacity = int(capacity)
@@ -109,19 +110,22 @@ class CudaBackend:
         self.weight_format = cfg.weight_format
         self.w4 = self.weight_format == "w4"
         if fp16_act is None:
-            fp16_act = self.w4 and fp16_activation_bound(weights) <= FP16_ACT_LIMIT
-        if fp16_act and not self.w4:
-            raise ValueError("fp16 prefill activations need 4-bit weights (the bf16 GEMM multiplies bf16 weights)")
+            fp16_act = fp16_prefill(weights)
+        elif fp16_act and not self.w4 and not fp16_weights_fit(weights):
+            raise ValueError("fp16 prefill of a bf16 model: a linear weight is not finite or past fp16's 65504")
         self.x16 = bool(fp16_act)  # the prefill's xb / att_bf / act_pre hold fp16 (else bf16)
+        # the layers' weights on the device (launch.WEIGHT_FORMATS): a bf16 model with fp16 activations keeps them in
+        # fp16, as its GEMMs multiply them
+        self.device_format = "w4" if self.w4 else ("f16" if self.x16 else "bf16")
         self._upload_weights(weights)
-        self.gemv_launch = Gemv(self.k, self.weight_format)
+        self.gemv_launch = Gemv(self.k, self.device_format)
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
         xfmt = "fp16" if self.x16 else "bf16"
         # the chunk's prefill GEMM, and the prompt blocks' (the same one when the chunk has PROMPT_ROWS rows); a block
         # of at most gemm.kernel_rows rows takes the chunk's
-        self.gemm = Gemm(self.k, self.weight_format, self.lay.rows, tokens=self.lay.tokens, xfmt=xfmt)
+        self.gemm = Gemm(self.k, self.device_format, self.lay.rows, tokens=self.lay.tokens, xfmt=xfmt)
         self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else Gemm(
-            self.k, self.weight_format, PROMPT_ROWS, tokens=PROMPT_ROWS, xfmt=xfmt)
+            self.k, self.device_format, PROMPT_ROWS, tokens=PROMPT_ROWS, xfmt=xfmt)
         self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
                            for g in (self.gemm, self.gemm_prompt)}
         self._allocate()
@@ -135,10 +139,21 @@ class CudaBackend:
 
     # ------------------------------------------------------------------------------------ uploads
     def _linear(self, parts):
-        """Row-concatenated linear weight on the device: bf16 array, or (Q, SZ) for 4-bit."""
+        """Row-concatenated linear weight on the device: 16-bit array (bf16 bits, or fp16 bits for device_format
+        "f16": each part converted on the device, exact for magnitudes 2^-14 .. 65504), or (Q, SZ) for 4-bit."""
         if self.w4:
             qs, szs = zip(*(w4_device_arrays(p)[:2] for p in parts))
             return cupy.asarray(np.concatenate(qs)), cupy.asarray(np.concatenate(szs))
+        if self.device_format == "f16":
+            out = cupy.empty((sum(p.shape[0] for p in parts), parts[0].shape[1]), cupy.uint16)
+            r = 0
+            for p in parts:
+                b = cupy.asarray(np.ascontiguousarray(p, dtype=np.uint16))
+                out[r:r + p.shape[0]] = (b.astype(cupy.uint32) << 16).view(cupy.float32).astype(cupy.float16).view(
+                    cupy.uint16)
+                r += p.shape[0]
+                del b
+            return out
         return cupy.asarray(np.concatenate(parts, axis=0))
 
     def _upload_weights(self, w):

@@ -111,10 +111,14 @@ class Launcher:
 
 # --------------------------------------------------------------------------------------------- typed launchers
 # The prefill GEMM's shape per weight format, as kernels/gemm.cu compiles it (its GEMM_*_BF16 / GEMM_*_W4 defaults):
-# bf16: nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt rows), kw warp groups of 4 along K (each on
-# its own 64-wide chunk of a stage); 4-bit: nw m16 tiles of W rows a warp (a block: 4 warps, 64 * nw rows); stages
-# cp.async stages of one 64-wide chunk (times kw).
-GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "w4": {"nw": 2, "stages": 4}}
+# bf16 (and f16, the same body on fp16 weights): nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt
+# rows), kw warp groups of 4 along K (each on its own 64-wide chunk of a stage); 4-bit: nw m16 tiles of W rows a warp
+# (a block: 4 warps, 64 * nw rows); stages cp.async stages of one 64-wide chunk (times kw).
+GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "f16": {"nt": 2, "kw": 1, "stages": 4},
+            "w4": {"nw": 2, "stages": 4}}
+# The weight formats of the layers on the device: "f16" is a bf16 model stored in fp16 (cuda/act_format.py), whose
+# GEMMs then take fp16 activations.
+WEIGHT_FORMATS = ("bf16", "f16", "w4")
 GEMM_MODES = {"store": 0, "add": 1, "swiglu": 2}
 GEMM_ROWS = (32, 48, 96)  # the buffer rows kernels/gemm.cu has instances for (vram_plan.prefill_rows picks one)
 
@@ -132,7 +136,7 @@ def gemm_kernel_rows(fmt: str, rows: int, tokens: int | None = None) -> int:
 def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:
     """W rows a block owns."""
     c = cfg or GEMM_CFG[fmt]
-    return 32 * c["nt"] if fmt == "bf16" else 64 * c["nw"]
+    return 64 * c["nw"] if fmt == "w4" else 32 * c["nt"]
 
 
 def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None) -> int:
@@ -141,7 +145,7 @@ def gemm_smem_bytes(fmt: str, rows: int, cfg: dict | None = None, tokens: int | 
     c = cfg or GEMM_CFG[fmt]
     nb = gemm_block_rows(fmt, c)
     x_units = gemm_kernel_rows(fmt, rows, tokens) * 8  # rows x 64 bf16
-    w_units = nb * 8 if fmt == "bf16" else nb * 2 + nb // 4
+    w_units = nb * 2 + nb // 4 if fmt == "w4" else nb * 8
     return c["stages"] * c.get("kw", 1) * 16 * (x_units + w_units)
 
 
@@ -170,27 +174,31 @@ def raise_dynamic_smem(kernels, name: str, nbytes: int) -> None:
 
 
 class Gemm:
-    """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format ("bf16" | "w4") and row count
-    (GEMM_ROWS: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the tests alike.
+    """Typed launcher of the prefill GEMM (kernels/gemm.cu) for one weight format (WEIGHT_FORMATS: "bf16" | "f16" |
+    "w4") and row count (GEMM_ROWS: the buffer's rows; the 4-bit kernel reads 40 of 48), used by the backend and the
+    tests alike.
 
-    ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the bf16 array or the (Q, SZ, sbf) triple; mode "store"
+    ``gemm(X, W, N, K, mode, Y=..., act=..., ks=...)``: W is the 16-bit array or the (Q, SZ, sbf) triple; mode "store"
     (Y = X W^T; ks must be 1), "add" (Y += X W^T with atomics, split-K over ks blocks) or "swiglu" (act = silu(X
-    Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``xfmt``: X (and act) as "bf16" or, 4-bit
-    weights only, "fp16" (the gemm_w4h_* instances: q - z and X multiplied in fp16). ``run`` is a callable with the
+    Wg^T) * (X Wu^T) for W = [gate rows; up rows], N = 2I; no split). ``xfmt``: X (and act) as "bf16" or "fp16": the
+    tensor cores multiply X and W in one format, so bf16 weights take bf16 X, fp16 weights fp16 X (the default for
+    them), and 4-bit weights either (gemm_w4h_*: q - z and X multiplied in fp16). ``run`` is a callable with the
     Launcher's signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
     ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D); ``tokens``:
     the real rows of the buffer (gemm_kernel_rows)."""
 
     def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None,
-                 xfmt: str = "bf16"):
-        if fmt not in ("bf16", "w4") or rows not in GEMM_ROWS:
+                 xfmt: str | None = None):
+        if fmt not in WEIGHT_FORMATS or rows not in GEMM_ROWS:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
-        if xfmt not in ("bf16", "fp16") or (xfmt == "fp16" and fmt != "w4"):
+        native = {"bf16": "bf16", "f16": "fp16"}.get(fmt)  # 16-bit weights multiply X of their own format
+        xfmt = xfmt or native or "bf16"
+        if xfmt not in ("bf16", "fp16") or (native is not None and xfmt != native):
             raise ValueError(f"no prefill GEMM for {fmt} weights with {xfmt} activations")
         self.k, self.fmt, self.rows, self.xfmt = kernels, fmt, rows, xfmt
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
         self.nb = gemm_block_rows(fmt, c)  # W rows a block
-        kind = "w4h" if xfmt == "fp16" else fmt
+        kind = "w4h" if fmt == "w4" and xfmt == "fp16" else fmt
         self.kernel_rows = gemm_kernel_rows(fmt, rows, tokens)  # the rows the instance multiplies (<= rows)
         self.name = f"gemm_{kind}_t{self.kernel_rows}"
         self.smem = gemm_smem_bytes(fmt, rows, c, tokens)
@@ -238,29 +246,31 @@ class Gemm:
 # iteration (GV_RB_W4_*; bf16 1) and the stages of each warp's shared-memory ring (GV_NS_*). KV = 16-byte (bf16) or
 # 4-byte (4-bit) chunks per lane per K segment: q/k/v and gate/up take the whole row (the norm needs all of x); the
 # o / down projections split K into segments of at most PROJ_KV chunks.
-GEMV_RB = {"bf16": {"qkv": 1, "gateup": 1, "proj": 1}, "w4": {"qkv": 1, "gateup": 1, "proj": 2}}
-GEMV_STAGES = {"bf16": 3, "w4": 4}
-PROJ_KV = {"bf16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
+# fp16 weights ("f16") run the bf16 body (gemv.cuh's W16): the same shape.
+GEMV_RB = {"bf16": {"qkv": 1, "gateup": 1, "proj": 1}, "f16": {"qkv": 1, "gateup": 1, "proj": 1},
+           "w4": {"qkv": 1, "gateup": 1, "proj": 2}}
+GEMV_STAGES = {"bf16": 3, "f16": 3, "w4": 4}
+PROJ_KV = {"bf16": {"o": 3, "down": 7}, "f16": {"o": 3, "down": 7}, "w4": {"o": 3, "down": 5}}
 GEMV_WARPS = 8  # 256 threads a block
 ATTN_HEAD_DIMS = (64, 128)  # the attn_partial_<D> / attn_combine_<D> instances kernels/attention.cu compiles
 
 
 def gemv_smem_bytes(fmt: str, op: str, kv: int, rb: int, stages: int) -> int:
     """Dynamic shared memory of one GEMV block: a ring of ``stages`` iterations per warp, an iteration rb rows (gate/up:
-    2 rb), a row segment 512 kv bytes (bf16) or 32 kv words + 2 kv scale|zero words (4-bit); as gemv.cuh's GvRing."""
-    row = 512 * kv if fmt == "bf16" else 4 * 34 * kv
+    2 rb), a row segment 512 kv bytes (16-bit) or 32 kv words + 2 kv scale|zero words (4-bit); as gemv.cuh's GvRing."""
+    row = 4 * 34 * kv if fmt == "w4" else 512 * kv
     return GEMV_WARPS * stages * (2 * rb if op == "gateup" else rb) * row
 
 
 class Gemv:
-    """Typed launchers of the decode GEMVs (kernels/gemv.cu, one body per op, the weight format "bf16" | "w4" a
-    policy), used by the backend and the tests alike. W: the bf16 array, or the (Q, SZ, sbf) triple. ``kv``: 256-wide
+    """Typed launchers of the decode GEMVs (kernels/gemv.cu, one body per op, the weight format (WEIGHT_FORMATS) a
+    policy), used by the backend and the tests alike. W: the 16-bit array, or the (Q, SZ, sbf) triple. ``kv``: 256-wide
     K chunks a lane holds per segment (the kernel instance); ``blocks``: the grid; ``run``: a callable with the
     Launcher's signature, or None for a plain launch of the function. ``rb`` / ``stages`` override GEMV_RB /
     GEMV_STAGES (dev/cuda/gemv_micro.py, for kernels compiled with the matching -D)."""
 
     def __init__(self, kernels, fmt: str, rb: dict | None = None, stages: int | None = None):
-        if fmt not in ("bf16", "w4"):
+        if fmt not in WEIGHT_FORMATS:
             raise ValueError(f"no decode GEMV for weights {fmt!r}")
         self.k, self.fmt = kernels, fmt
         self.rb = dict(GEMV_RB[fmt], **(rb or {}))
@@ -278,7 +288,7 @@ class Gemv:
         return n
 
     def _w(self, W) -> tuple:
-        return (W,) if self.fmt == "bf16" else (W[0], W[1], np.int32(W[2]))
+        return (W[0], W[1], np.int32(W[2])) if self.fmt == "w4" else (W,)
 
     def _go(self, run, op, kv, blocks, args, partial=False):
         name, smem = self.name(op, kv, partial), self.smem(op, kv, partial)

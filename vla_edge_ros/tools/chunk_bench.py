@@ -88,7 +88,7 @@ def breakdown(cp, be, reps=50) -> dict:
     """Decode pass 4 alone, with kernel families left out."""
     gemv = ["gemv_*"]
     families = {"all": [], "no_attention": ["attn_*"], "no_gemv": gemv,
-                "no_gateup_down": [f"gemv_{f}_{op}_*" for f in ("bf16", "w4") for op in ("gateup", "proj")],
+                "no_gateup_down": [f"gemv_{be.device_format}_{op}_*" for op in ("gateup", "proj")],
                 "only_launch_skeleton": ["attn_*", "lm_head_argmax"] + gemv}
     return leave_one_out(cp, be, lambda: be.enqueue_decode_pass(4), families, reps)
 
@@ -242,7 +242,8 @@ def main(argv=None) -> int:
     pass_ms = float(np.median(passes))
     res = {
         "device": name, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": a.model,
-        "weights": be.weight_format, "action_decoding": "parallel" if parallel else "autoregressive",
+        "weights": be.weight_format, "device_weights": be.device_format,
+        "action_decoding": "parallel" if parallel else "autoregressive",
         "action_chunk": cfg.action_chunk, "prefill_tokens": be.lay.tokens, "prefill_rows": be.lay.rows,
         "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
         "sms_seen_by_probe": sms_seen,
@@ -278,7 +279,8 @@ def main(argv=None) -> int:
     print(f"\n| metric | value |\n|---|---|\n| device | {name}, {be.sms} SMs{' (green context)' if sms else ''} "
           f"({sms_seen} seen running), "
           f"copy {bw:.0f} GB/s |")
-    print(f"| model | {res['weights']}, {res['action_decoding']}, K = {cfg.action_chunk} action(s) a chunk "
+    print(f"| model | {res['weights']} ({be.device_format} on the device), {res['action_decoding']}, "
+          f"K = {cfg.action_chunk} action(s) a chunk "
           f"({be.lay.tokens} prefill tokens, {be.lay.rows} GEMM rows) |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
     print(f"| chunk (device stamps) p50 / p99 | {dev_ms:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
