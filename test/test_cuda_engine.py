@@ -300,7 +300,7 @@ def test_prefill_in_bf16_and_fp16(tmp_path_factory, kind, fp16_act):
     assert evictions >= 3
 
 
-def test_fp16_activation_choice(tmp_path_factory):
+def test_fp16_activation_choice(tmp_path_factory, monkeypatch):
     """fp16 prefill: chosen for a model whose weights bound the activations under FP16_ACT_LIMIT; a bf16 model's layers
     are then fp16 on the device (the f16 GEMM and GEMV instances), unless a weight is past fp16's range (then bf16, and
     asking for fp16 is an error); the bound's 4-bit row norms are the dequantized weights' and its RMSNorm term is
@@ -315,11 +315,19 @@ def test_fp16_activation_choice(tmp_path_factory):
     assert fp16_activation_bound(w) <= FP16_ACT_LIMIT
     assert CudaBackend(w, 300).x16 and not CudaBackend(w, 300, fp16_act=False).x16
     b = tiny_weights(tmp_path_factory, "bf16-parallel")
+    import vla_edge_ros.cuda.backend as backend_mod
+    monkeypatch.setattr(backend_mod, "F16_SLAB", 3000)  # several slabs a weight, one ending mid-part
     gb = CudaBackend(b, 300)
     assert gb.x16 and gb.device_format == "f16" and gb.gemm.name.startswith("gemm_f16_")
     assert all(p["name"].startswith("gemv_f16_") for p in gb.gemv.values())
+
+    def f16_bits(*names):  # NumPy's conversion of the layer's bf16 parts, row-concatenated as the backend uploads
+        return np.concatenate([bf16_to_f32(b.layers[1][n]).astype(np.float16).view(np.uint16) for n in names])
+
+    assert (gb.layers[1]["wo"].get() == f16_bits("wo")).all()
+    assert (gb.layers[1]["wgu"].get() == f16_bits("wg", "wu")).all()
+    assert (gb.layers[1]["wqkv"].get() == f16_bits("wq", "wk", "wv")).all()
     wo = b.layers[0]["wo"]
-    assert (gb.layers[0]["wo"].get() == bf16_to_f32(wo).astype(np.float16).view(np.uint16)).all()
     assert CudaBackend(b, 300, fp16_act=False).device_format == "bf16"
     big = np.array(wo, copy=True)
     big[0, 0] = f32_to_bf16(np.array([7.0e4], np.float32))[0]  # past fp16's 65504

@@ -60,6 +60,7 @@ from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, k
                      stamp, state_project, vision_encode)
 
 i32, f32 = np.int32, np.float32
+F16_SLAB = 1 << 22  # elements of a bf16 weight converted to fp16 on the device at once (_linear)
 
 
 def w4_device_arrays(qt) -> tuple[np.ndarray, np.ndarray, int]:
@@ -148,11 +149,14 @@ class CudaBackend:
             out = cupy.empty((sum(p.shape[0] for p in parts), parts[0].shape[1]), cupy.uint16)
             r = 0
             for p in parts:
-                b = cupy.asarray(np.ascontiguousarray(p, dtype=np.uint16))
-                out[r:r + p.shape[0]] = (b.astype(cupy.uint32) << 16).view(cupy.float32).astype(cupy.float16).view(
-                    cupy.uint16)
+                # a slab of rows at a time: the conversion's temporaries (8 bytes an element) stay near 32 MB, not
+                # 8 bytes x the largest weight (270 MB for the 3B's gate) on top of the plan at start-up
+                step = max(1, F16_SLAB // p.shape[1])
+                for i in range(0, p.shape[0], step):
+                    w = cupy.asarray(np.ascontiguousarray(p[i:i + step], dtype=np.uint16)).astype(cupy.uint32)
+                    w <<= 16  # bf16 bits -> float32 bits (exact)
+                    out[r + i:r + i + w.shape[0]] = w.view(cupy.float32).astype(cupy.float16).view(cupy.uint16)
                 r += p.shape[0]
-                del b
             return out
         return cupy.asarray(np.concatenate(parts, axis=0))
 
