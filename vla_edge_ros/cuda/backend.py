@@ -149,8 +149,8 @@ class CudaBackend:
             out = cupy.empty((sum(p.shape[0] for p in parts), parts[0].shape[1]), cupy.uint16)
             r = 0
             for p in parts:
-                # a slab of rows at a time: the conversion's temporaries (8 bytes an element) stay near 32 MB, not
-                # 8 bytes x the largest weight (270 MB for the 3B's gate) on top of the plan at start-up
+                # a slab of rows at a time: the conversion's temporaries (8 bytes an element) stay near 32 MB on top
+                # of the plan at start-up, where a whole weight at once (the 3B's gate: 22.5M elements) took ~270 MB
                 step = max(1, F16_SLAB // p.shape[1])
                 for i in range(0, p.shape[0], step):
                     w = cupy.asarray(np.ascontiguousarray(p[i:i + step], dtype=np.uint16)).astype(cupy.uint32)
