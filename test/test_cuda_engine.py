@@ -277,13 +277,16 @@ def run_through_evictions(w, cap=400, P=12, frames=14, seed=0, policy="fifo", fp
     return out
 
 
-@pytest.mark.parametrize("kind", ["bf16", "awq", "ct-sym", "bf16-parallel", "awq-parallel"])
+@pytest.mark.parametrize("kind,fp16_act", [("bf16", None), ("awq", None), ("ct-sym", None), ("bf16-parallel", None),
+                                           ("awq-parallel", None), ("bf16", False), ("bf16-parallel", False)])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_published_shapes_match_reference_through_evictions(tmp_path_factory, shape, kind):
+def test_published_shapes_match_reference_through_evictions(tmp_path_factory, shape, kind, fp16_act):
     """0.5B / 3B shapes, every kind, chunk by chunk through fifo evictions (frame capacity (400-12-8)//32 = 11, 14
-    frames): cosine >= 0.999 and max |delta| <= MAX_REL_DELTA of the largest logit at every step."""
+    frames): cosine >= 0.999 and max |delta| <= MAX_REL_DELTA of the largest logit at every step. The bf16 kinds also
+    with fp16_act False: their layers as bf16 on the device (the synthetic weights would take fp16; the real 0.5B GGUF
+    runs bf16)."""
     w = shaped_weights(tmp_path_factory, shape, kind)
-    worst, delta, evictions = run_through_evictions(w)
+    worst, delta, evictions = run_through_evictions(w, fp16_act=fp16_act)
     print(f"{shape} {kind}: worst cosine {worst:.6f}, max |delta| / max |ref| {delta:.2e}, evictions {evictions}")
     assert evictions >= 3
 
@@ -327,6 +330,7 @@ def test_fp16_activation_choice(tmp_path_factory, monkeypatch):
     assert (gb.layers[1]["wo"].get() == f16_bits("wo")).all()
     assert (gb.layers[1]["wgu"].get() == f16_bits("wg", "wu")).all()
     assert (gb.layers[1]["wqkv"].get() == f16_bits("wq", "wk", "wv")).all()
+    assert (gb.layers[1]["wd"].get() == f16_bits("wd")).all()
     wo = b.layers[0]["wo"]
     assert CudaBackend(b, 300, fp16_act=False).device_format == "bf16"
     big = np.array(wo, copy=True)
@@ -426,13 +430,15 @@ def text_compare(got, ref, max_rel_delta=MAX_REL_DELTA, min_cos=0.999):
     return wc, wd
 
 
-@pytest.mark.parametrize("shape,kind,tie", [("tiny", "bf16", True), ("tiny", "awq", True),
-                                            ("0.5b", "bf16", False), ("0.5b", "awq-parallel", True),
-                                            ("3b", "bf16", True)])
-def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie):
+@pytest.mark.parametrize("shape,kind,tie,fp16_act", [
+    ("tiny", "bf16", True, None), ("tiny", "awq", True, None), ("0.5b", "bf16", False, None),
+    ("0.5b", "awq-parallel", True, None), ("3b", "bf16", True, None), ("0.5b", "bf16", True, False)])
+def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie, fp16_act):
     """CudaBackend.text_logits vs ReferenceModel.text_logits, full vocabulary: a 110-token text from position 0 (two
     prefill blocks, 96 rows and a partial 14), then 3 single tokens (the decode GEMV pass + head GEMV), then a 5-token
-    block after them, and last_only; the robot chunk's VRAM plan is unchanged by the lazily uploaded head."""
+    block after them, and last_only; the robot chunk's VRAM plan is unchanged by the lazily uploaded head.
+    ``fp16_act`` False: a bf16 model's layers as bf16 on the device (the real 0.5B GGUF's path; the synthetic weights
+    would take fp16)."""
     from vla_edge_ros.cuda.backend import CudaBackend
     from vla_edge_ros.vram_plan import text_head_bytes
 
@@ -443,7 +449,9 @@ def test_text_logits_match_reference(tmp_path_factory, shape, kind, tie):
     V, cap = w.cfg.vocab_size, 256
     rng = np.random.default_rng()
     ids = rng.integers(0, V, 121)
-    gpu, ref = CudaBackend(w, cap), ReferenceModel(w, cap)
+    gpu, ref = CudaBackend(w, cap, fp16_act=fp16_act), ReferenceModel(w, cap)
+    if fp16_act is False:
+        assert gpu.device_format == "bf16"
     plan_before = dict(gpu.plan)
     got = [gpu.text_logits(ids[:110], 0)]
     want = [ref.text_logits(ids[:110], 0)]

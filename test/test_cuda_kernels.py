@@ -126,6 +126,18 @@ def test_gemm_16bit(k, fmt, rows, N, K, mode, ks):
     assert rel(Y.get(), ref) < 3e-5
 
 
+def test_gemm_refuses_activations_of_another_format(k):
+    """The tensor cores multiply both operands in one format: 16-bit weights take X of their own format only (a bf16
+    X read as fp16 bits, or the reverse, would be wrong values, not an error)."""
+    from vla_edge_ros.cuda.launch import Gemm
+
+    for fmt, xfmt in (("f16", "bf16"), ("bf16", "fp16")):
+        with pytest.raises(ValueError, match=f"no prefill GEMM for {fmt} weights with {xfmt} activations"):
+            Gemm(k, fmt, 32, xfmt=xfmt)
+    assert Gemm(k, "f16", 32).xfmt == "fp16" and Gemm(k, "bf16", 32).xfmt == "bf16"
+    assert Gemm(k, "w4", 32, xfmt="fp16").name == "gemm_w4h_t32"
+
+
 def swiglu_twin(X, w, inter):
     """The fused gate/up + SwiGLU (mode "swiglu") from the twins: ops.linear on [gate; up], then ops.silu_mul."""
     gu = ops.linear(X, w)

@@ -116,11 +116,14 @@ def main():
                            (cp.full((N, K // 128), 0x2000, cp.uint32) | (8 << 16)), i32(0)) for _ in range(a.layers)]
                     nbytes = N * K // 2 + N * K // 128 * 4
                 weights[fmt, key] = (Ws, nbytes)
-        X = {r: (rng.standard_normal((r, I), dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
+        # N(0, 1) activations as bf16 bits and as fp16 bits (the fp16 instances read theirs as fp16)
+        X = {("bf16", r): (rng.standard_normal((r, I), dtype=cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
              for r in rows_list}
-        for r in rows_list:
+        X.update({("fp16", r): rng.standard_normal((r, I), dtype=cp.float32).astype(cp.float16).view(cp.uint16)
+                  for r in rows_list})
+        for (_, r), x in X.items():
             if r == 48:
-                X[r][40:] = 0  # a 48-row buffer holds 40 real rows and zeros, as the backend's
+                x[40:] = 0  # a 48-row buffer holds 40 real rows and zeros, as the backend's
         ref_out = {}
         for name in names:
             fmt, defines, over = VARIANTS[name]
@@ -141,7 +144,7 @@ def main():
                     Ws, nbytes = weights[fmt, key]
                     Y = cp.zeros((rows, N), cp.float32)
                     act = cp.zeros((rows, I), cp.uint16)
-                    Xr = X[rows][:, :K].copy()
+                    Xr = X[xfmt, rows][:, :K].copy()
                     ks = g.split(N, K, mode, slots)
                     # check: one launch on layer 0 against an fp32 reference of the same weights (CuPy, no tensor cores)
                     Y.fill(0)

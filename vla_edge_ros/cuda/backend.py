@@ -130,6 +130,9 @@ class CudaBackend:
         self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
                            for g in (self.gemm, self.gemm_prompt)}
         self._allocate()
+        # the uploads, the fp16 conversion and the zero fills ran on CuPy's default stream, which a non-blocking stream
+        # does not wait for: done before anything runs on self.stream
+        cupy.cuda.Device().synchronize()
         self._peak = 0
         self._note_peak()
         self.graph = None
@@ -149,6 +152,8 @@ class CudaBackend:
             out = cupy.empty((sum(p.shape[0] for p in parts), parts[0].shape[1]), cupy.uint16)
             r = 0
             for p in parts:
+                if np.asarray(p).dtype != np.uint16:
+                    raise TypeError(f"a bf16 layer weight as {np.asarray(p).dtype}, not bf16 bits (uint16)")
                 # a slab of rows at a time: the conversion's temporaries (8 bytes an element) stay near 32 MB on top
                 # of the plan at start-up, where a whole weight at once (the 3B's gate: 22.5M elements) took ~270 MB
                 step = max(1, F16_SLAB // p.shape[1])
