@@ -101,13 +101,13 @@ for step in ${STEPS:-tests models bench peers}; do
       say "chunk_bench $k"
       extra=""; [ "${BREAKDOWN:-0}" = 1 ] && extra="--breakdown"
       timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks "$CHUNKS" $extra \
-        --json "$OUT/cb_${PRESET}_$k.json" 2>&1 | grep -E "chunk \(|decode pass|chunk bytes|vision /|BREAKDOWN|Error|error"
+        --json "$OUT/cb_${PRESET}_$k.json" 2>&1 | grep -E "chunk \(|decode pass|chunk bytes|vision /|GEMM rows|BREAKDOWN|Error|error"
     done ;;
   sms)
     for n in ${SMS:-8 16}; do for k in ${SMS_KINDS:-awq-parallel bf16-parallel}; do
       say "chunk_bench $k on $n SMs"
       timeout 150 $PY -m vla_edge_ros.tools.chunk_bench --model "$M/$k" --chunks 30 --sms "$n" \
-        --json "$OUT/cb_${PRESET}_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|Error|error"
+        --json "$OUT/cb_${PRESET}_${k}_sm$n.json" 2>&1 | grep -E "device \||chunk \(|vision /|GEMM rows|Error|error"
     done; done ;;
   base)
     for k in $KINDS; do

@@ -201,6 +201,17 @@ struct GemmOut {
     }
 };
 
+// grid.z: the token slice of ROWS rows this block multiplies (the launcher's token split: a 96-row buffer as two
+// 48-row halves, twice the blocks where one wave of the 96-row instance leaves SMs idle). Moves X, Y and act to the
+// slice's first row; Y or act is null in the mode that does not use it and is then never read.
+__device__ __forceinline__ void token_slice(const bf16_t* __restrict__& X, float* __restrict__& Y,
+                                            bf16_t* __restrict__& act, int rows, int N, int K) {
+    const size_t t0 = (size_t)blockIdx.z * rows;
+    X += t0 * K;
+    Y += t0 * N;
+    act += t0 * (N >> 1);
+}
+
 template <class F, int MT, bool F16>
 __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf16_t* __restrict__ W,
                                           float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {
@@ -210,6 +221,7 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
     static_assert((F::KW - 1) * MT * NT * 4 * 128 * 4 <= S * STAGE * 16, "K-group sums do not fit the pipeline");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = warp >> 2, wq = warp & 3;  // warp group along K, warp within the group
+    token_slice(X, Y, act, 16 * MT, N, K);
     const int nst = (K >> 6) / F::KW;
     const int per = (nst + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
@@ -425,6 +437,7 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
     extern __shared__ uint4 smem[];
     constexpr int NW = W4::NW, S = W4::STAGES, STAGE = w4_stage_units<TT>();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    token_slice(X, Y, act, 8 * TT, N, K);
     const int nch = K >> 6;
     const int per = (nch + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;

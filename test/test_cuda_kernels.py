@@ -85,10 +85,10 @@ def poison(shape, dtype=np.float32):
 i32 = np.int32
 
 
-def gemm(k, fmt, rows, xfmt=None):
+def gemm(k, fmt, rows, xfmt=None, z=1):
     from vla_edge_ros.cuda.launch import Gemm
 
-    return Gemm(k, fmt, rows, xfmt=xfmt)
+    return Gemm(k, fmt, rows, xfmt=xfmt, zsplit=z)
 
 
 def gemv(k, fmt):
@@ -103,23 +103,27 @@ def attention(*args, **kw):
     return launch_attention(*args, **kw)
 
 
-@pytest.mark.parametrize("rows", [32, 48, 96])
+# (buffer rows, token slices over grid.z): 96 rows whole, and as two 48-row slices (launch.gemm_token_split)
+GEMM_ROWS_Z = [(32, 1), (48, 1), (96, 1), (96, 2)]
+
+
+@pytest.mark.parametrize("rows,z", GEMM_ROWS_Z)
 @pytest.mark.parametrize("N,K,mode,ks", [(128, 512, "store", 1), (1024, 1536, "add", 5), (128, 8960, "add", 7),
                                          (512, 8960, "store", 1), (2048, 1536, "add", 24), (256, 128, "add", 3),
                                          # 0.5B q/k/v, down; 3B q/k/v, down; the text head's store over many rows
                                          (1152, 896, "add", 5), (896, 4864, "add", 19), (2560, 2048, "add", 4),
                                          (2048, 11008, "add", 43), (8064, 896, "store", 1)])
 @pytest.mark.parametrize("fmt", ["bf16", "f16"])
-def test_gemm_16bit(k, fmt, rows, N, K, mode, ks):
+def test_gemm_16bit(k, fmt, rows, z, N, K, mode, ks):
     """kernels/gemm.cu, 16-bit weights (bf16 with bf16 X; fp16 with fp16 X, gemm_f16_*): store, and split-K
-    accumulation (ks slices, some empty) onto Y."""
+    accumulation (ks slices, some empty) onto Y; z token slices over grid.z."""
     rng = np.random.default_rng()
     xfmt = "bf16" if fmt == "bf16" else "fp16"
     X, (W, wf) = act16(rng, (rows, K), xfmt), w16(rng, (N, K), 0.05, fmt)
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
     Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
-    g = gemm(k, fmt, rows)
-    assert g.xfmt == xfmt and g.name == f"gemm_{fmt}_t{rows}"
+    g = gemm(k, fmt, rows, z=z)
+    assert g.xfmt == xfmt and g.name == f"gemm_{fmt}_t{rows // z}" and g.kernel_rows == rows
     g(cp.asarray(X), cp.asarray(W), N, K, mode, Y=Y, ks=ks)
     ref = from16(X, xfmt) @ wf.T + (y0 if mode == "add" else 0)
     # fp32 sums of 8960 products in another order than NumPy's: measured 1.0e-5 at K = 8960
@@ -145,13 +149,16 @@ def swiglu_twin(X, w, inter):
 
 
 @pytest.mark.parametrize("fmt,xfmt", [("bf16", "bf16"), ("f16", "fp16"), ("w4", "bf16"), ("w4", "fp16")])
-@pytest.mark.parametrize("rows,inter,K", [(32, 8960, 1536), (48, 8960, 1536), (48, 256, 512), (32, 4864, 896),
-                                          (48, 4864, 896), (32, 11008, 2048),
-                                          # 96 rows: 32 vision + 64 action queries (8 actions)
-                                          (96, 8960, 1536), (96, 4864, 896), (96, 256, 512)])
-def test_gemm_swiglu(k, fmt, xfmt, rows, inter, K):
+@pytest.mark.parametrize("rows,z,inter,K", [(32, 1, 8960, 1536), (48, 1, 8960, 1536), (48, 1, 256, 512),
+                                            (32, 1, 4864, 896), (48, 1, 4864, 896), (32, 1, 11008, 2048),
+                                            # 96 rows: 32 vision + 64 action queries (8 actions); whole, and as two
+                                            # 48-row token slices
+                                            (96, 1, 8960, 1536), (96, 1, 4864, 896), (96, 1, 256, 512),
+                                            (96, 2, 8960, 1536), (96, 2, 4864, 896), (96, 2, 256, 512)])
+def test_gemm_swiglu(k, fmt, xfmt, rows, z, inter, K):
     """Mode "swiglu": act = silu(X Wg^T) * (X Wu^T) in bf16, W = [gate rows; up rows] (the backend's wgu); the fp16
-    instances (gemm_f16_*, gemm_w4h_*) take X and write act in fp16."""
+    instances (gemm_f16_*, gemm_w4h_*) take X and write act in fp16. z: token slices over grid.z (every row of each
+    slice multiplied)."""
     rng = np.random.default_rng()
     X = act16(rng, (rows, K), xfmt)
     if fmt == "w4":
@@ -161,7 +168,7 @@ def test_gemm_swiglu(k, fmt, xfmt, rows, inter, K):
         wb, w = w16(rng, (2 * inter, K), 0.05, fmt)
         wdev = cp.asarray(wb)
     act = poison((rows, inter), np.uint16)  # NaN in bf16 and in fp16
-    gemm(k, fmt, rows, xfmt)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
+    gemm(k, fmt, rows, xfmt, z)(cp.asarray(X), wdev, 2 * inter, K, "swiglu", act=act)
     real = 40 if fmt == "w4" and rows == 48 else rows  # the 4-bit body multiplies a 48-row buffer's 40 real rows
     out = from16(act.get(), xfmt)
     ref = swiglu_twin(from16(X[:real], xfmt), w, inter)
@@ -588,18 +595,19 @@ def test_w4_device_arrays_match_the_test_packing():
         assert np.array_equal(qt.dequantize(), w)
 
 
+W4_GEMM_CASES = [(32, 128, 512, "store", 1), (32, 1024, 1536, "add", 5), (32, 128, 8960, "add", 7),
+                 (48, 128, 1536, "store", 1), (48, 512, 8960, "add", 44), (48, 17920, 1536, "store", 1),
+                 (48, 1536, 256, "add", 2), (32, 1152, 896, "add", 7), (48, 896, 4864, "add", 19),
+                 (32, 2560, 2048, "add", 8), (48, 2048, 11008, "add", 43), (32, 896, 896, "store", 1),
+                 (96, 128, 1536, "store", 1), (96, 512, 8960, "add", 44), (96, 1536, 256, "add", 2),
+                 (96, 1152, 896, "add", 7), (96, 896, 4864, "add", 19), (96, 2048, 11008, "add", 43)]
+
+
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("rows,N,K,mode,ks", [(32, 128, 512, "store", 1), (32, 1024, 1536, "add", 5),
-                                              (32, 128, 8960, "add", 7), (48, 128, 1536, "store", 1),
-                                              (48, 512, 8960, "add", 44), (48, 17920, 1536, "store", 1),
-                                              (48, 1536, 256, "add", 2), (32, 1152, 896, "add", 7),
-                                              (48, 896, 4864, "add", 19), (32, 2560, 2048, "add", 8),
-                                              (48, 2048, 11008, "add", 43), (32, 896, 896, "store", 1),
-                                              (96, 128, 1536, "store", 1), (96, 512, 8960, "add", 44),
-                                              (96, 1536, 256, "add", 2), (96, 1152, 896, "add", 7),
-                                              (96, 896, 4864, "add", 19), (96, 2048, 11008, "add", 43)])
+@pytest.mark.parametrize("rows,z,N,K,mode,ks", [(c[0], 1) + c[1:] for c in W4_GEMM_CASES]
+                         + [(96, 2) + c[1:] for c in W4_GEMM_CASES if c[0] == 96])
 @pytest.mark.parametrize("xfmt", ["bf16", "fp16"])
-def test_gemm_w4(k, xfmt, scale_dtype, rows, N, K, mode, ks):
+def test_gemm_w4(k, xfmt, scale_dtype, rows, z, N, K, mode, ks):
     """kernels/gemm.cu, 4-bit weights (fp16 or bf16 scales, zero points), store and split-K accumulation: the
     twin multiplies the exact dequantized weights (QuantTensor.dequantize(), as the GEMV and the golden model), and a
     48-row buffer's 40 real rows are multiplied (rows 40..47 of Y are left as they were). Weights rounded to bf16
@@ -609,7 +617,9 @@ def test_gemm_w4(k, xfmt, scale_dtype, rows, N, K, mode, ks):
     X = act16(rng, (rows, K), xfmt)
     y0 = rng.standard_normal((rows, N)).astype(np.float32)
     Y = cp.asarray(y0) if mode == "add" else poison((rows, N))
-    gemm(k, "w4", rows, xfmt)(cp.asarray(X), (Q, SZ, sbf), N, K, mode, Y=Y, ks=ks)
+    g = gemm(k, "w4", rows, xfmt, z)
+    assert g.name.endswith(f"_t{40 if rows == 48 else rows // z}")
+    g(cp.asarray(X), (Q, SZ, sbf), N, K, mode, Y=Y, ks=ks)
     real = 40 if rows == 48 else rows
     ref = from16(X[:real], xfmt) @ w.T + (y0[:real] if mode == "add" else 0)
     out = Y.get()

@@ -217,3 +217,12 @@ def test_gemv_plan_covers_every_published_shape():
     for fmt in ("bf16", "f16"):  # the masking instances exist
         assert f"GV_INSTANCES({fmt}, {fmt.upper()}, GV_MINB_BF16_GATEUP, KV, p, false)" in src
     assert "GV_INSTANCES(w4, W4, 2, KV, , true)" in src
+
+
+def test_gemm_token_split_policy():
+    """launch.gemm_token_split: a 96-row buffer in two 48-row slices only where one wave of the 96-row instance
+    leaves slots idle (the 1.5B 4-bit gate/up: 140 blocks; a whole H100 / H200 holds 264, 8 SMs 16)."""
+    split = _launch_py_names("gemm_token_split")["gemm_token_split"]
+    assert split(96, 140, 264) == 2 and split(96, 76, 264) == 2
+    assert split(96, 140, 16) == 1 and split(96, 280, 264) == 1 and split(96, 264, 264) == 1
+    assert split(48, 140, 528) == 1 and split(32, 10, 528) == 1

@@ -52,6 +52,10 @@ VARIANTS = {
     "w_s6": ("w4", {"GEMM_STAGES_W4": 6}, {"stages": 6}),
     "w_t96_minb3": ("w4", {"GEMM_MINB_W4_T96": 3}, {}),  # the 96-row instance at 168 registers (small spill)
     "w_f16": ("w4", {}, {"xfmt": "fp16"}),  # the shipped shape, X (and act) in fp16: gemm_w4h_* (issue 41)
+    # token slices over grid.z (launch.gemm_token_split): a 96-row buffer as two 48-row slices of the 48-row instance
+    "w_z2": ("w4", {}, {"xfmt": "fp16", "zsplit": 2}),
+    "b_z2": ("bf16", {}, {"zsplit": 2}),
+    "f_z2": ("f16", {}, {"zsplit": 2}),
 }
 # (The previous 4-bit body, X as the A operand, is dev/cuda/gemm_v3.cu; its numbers are in BENCHMARKS.md.)
 
@@ -135,10 +139,13 @@ def main():
             k = variant_kernels(defines, only=["gemm.cu"])
             cfg = dict(GEMM_CFG[fmt], **over)
             xfmt = cfg.pop("xfmt", None)  # None: the launcher's default for the weights (fp16 for f16)
+            zsplit = cfg.pop("zsplit", 1)
             la = Launcher(k, s, pdl=False)
             print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
             for rows in rows_list:
-                g = Gemm(k, fmt, rows, cfg=cfg, xfmt=xfmt)
+                if rows % zsplit or rows // zsplit not in (32, 48, 96):
+                    continue
+                g = Gemm(k, fmt, rows, cfg=cfg, xfmt=xfmt, zsplit=zsplit)
                 xfmt = g.xfmt
                 per_sm = la.blocks_per_sm(g.name, g.threads, 1, g.smem)
                 slots = sms * per_sm
@@ -178,11 +185,12 @@ def main():
                     key2 = f"{name} t{rows} {key}"
                     real = 40 if rows == 48 else rows
                     tflops = 2 * real * N * K / (us * 1e-6) / 1e12  # of the real rows
+                    nblk = g.blocks(N, mode) * zsplit
                     res["per_layer_us"][key2] = {"us": round(us, 2), "GBps": round(nbytes / (us * 1e-6) / 1e9, 1),
-                                                 "TFLOPS": round(tflops, 2), "ks": ks, "blocks": g.blocks(N, mode),
-                                                 "per_sm": per_sm}
+                                                 "TFLOPS": round(tflops, 2), "ks": ks, "blocks": nblk,
+                                                 "per_sm": per_sm, "kernel": g.name}
                     print(f"{key2:28s} {us:8.2f} us/layer {nbytes / (us * 1e-6) / 1e9:8.1f} GB/s {tflops:6.2f} TFLOPS "
-                          f"(ks {ks}, {g.blocks(N, mode)} blocks, {per_sm}/SM) check {err:.1e}", flush=True)
+                          f"(ks {ks}, {nblk} blocks, {per_sm}/SM, {g.name}) check {err:.1e}", flush=True)
     # summary: the four shapes a layer, per variant and rows
     print(f"\nSUMMARY ({sms} SMs): us a layer, the four GEMMs")
     for name in names:

@@ -56,8 +56,8 @@ from ..vram_plan import (GIB, N_STAMPS, PROMPT_ROWS, TEXT_ROWS_ALIGN, VramPlanEr
                          check_vram_plan, in_layout, layout, out_layout, prefill_attention_splits, text_head_bytes)
 from .act_format import fp16_prefill, fp16_weights_fit
 from .kernels import Kernels
-from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemv_plan, kv_write, lm_head_argmax, rmsnorm_bf16,
-                     stamp, state_project, vision_encode)
+from .launch import (Gemm, Gemv, Launcher, attention, embed_gather, gemm_token_split, gemv_plan, kv_write,
+                     lm_head_argmax, rmsnorm_bf16, stamp, state_project, vision_encode)
 
 i32, f32 = np.int32, np.float32
 F16_SLAB = 1 << 22  # elements of a bf16 weight converted to fp16 on the device at once (_linear)
@@ -124,9 +124,9 @@ class CudaBackend:
         xfmt = "fp16" if self.x16 else "bf16"
         # the chunk's prefill GEMM, and the prompt blocks' (the same one when the chunk has PROMPT_ROWS rows); a block
         # of at most gemm.kernel_rows rows takes the chunk's
-        self.gemm = Gemm(self.k, self.device_format, self.lay.rows, tokens=self.lay.tokens, xfmt=xfmt)
-        self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else Gemm(
-            self.k, self.device_format, PROMPT_ROWS, tokens=PROMPT_ROWS, xfmt=xfmt)
+        self.gemm = self._prefill_gemm(self.lay.rows, self.lay.tokens, xfmt)
+        self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else self._prefill_gemm(
+            PROMPT_ROWS, PROMPT_ROWS, xfmt)
         self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
                            for g in (self.gemm, self.gemm_prompt)}
         self._allocate()
@@ -247,6 +247,14 @@ class CudaBackend:
         self._peak = max(self._peak if hasattr(self, "_peak") else 0, self._pool.used_bytes() - self._pool_base)
 
     # ------------------------------------------------------------------------------------ kernel plans
+    def _prefill_gemm(self, rows: int, tokens: int, xfmt: str) -> Gemm:
+        """The prefill GEMM of a ``rows``-row buffer, in token slices where one wave of it leaves this GPU's SMs idle
+        (launch.gemm_token_split, judged on the gate/up GEMM)."""
+        g = Gemm(self.k, self.device_format, rows, tokens=tokens, xfmt=xfmt)
+        slots = self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
+        z = gemm_token_split(rows, g.blocks(2 * self.I, "swiglu"), slots)
+        return g if z == 1 else Gemm(self.k, self.device_format, rows, tokens=tokens, xfmt=xfmt, zsplit=z)
+
     def _gemm(self, g, X, W, Y, N, K, mode):
         """Prefill GEMM ``g`` (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
         if mode == "swiglu":

@@ -133,6 +133,16 @@ def gemm_kernel_rows(fmt: str, rows: int, tokens: int | None = None) -> int:
     return rows
 
 
+def gemm_token_split(rows: int, wide_blocks: int, slots: int) -> int:
+    """Token slices over grid.z for a prefill GEMM of ``rows`` buffer rows: a 96-row buffer runs as two 48-row
+    slices when the widest GEMM that cannot split K (gate/up + SwiGLU: ``wide_blocks`` blocks of the 96-row instance)
+    leaves resident-block slots of the GPU idle (``slots``: the 96-row instance's, SMs x blocks an SM). The slices
+    double the blocks and the warps an SM at the cost of dequantizing / loading each W tile once a slice. A whole
+    H100 holds the 1.5B 4-bit gate/up's 140 blocks in 264 slots: split; 8 SMs hold 16: kept whole, as issue, not
+    occupancy, bounds the GEMM there (BENCHMARKS.md, "Token slices of the 96-row GEMMs")."""
+    return 2 if rows == 96 and wide_blocks < slots else 1
+
+
 def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:
     """W rows a block owns."""
     c = cfg or GEMM_CFG[fmt]
@@ -185,23 +195,28 @@ class Gemm:
     them), and 4-bit weights either (gemm_w4h_*: q - z and X multiplied in fp16). ``run`` is a callable with the
     Launcher's signature (name, grid, block, args, shared_mem=, dependent=) or None for a plain launch of the function.
     ``cfg`` overrides GEMM_CFG[fmt] (dev/cuda/gemm_micro.py, for kernels compiled with the matching -D); ``tokens``:
-    the real rows of the buffer (gemm_kernel_rows)."""
+    the real rows of the buffer (gemm_kernel_rows). ``zsplit``: token slices over grid.z (gemm_token_split): the
+    buffer's rows as ``zsplit`` slices of the ``rows // zsplit``-row instance, every row of each multiplied."""
 
     def __init__(self, kernels, fmt: str, rows: int, cfg: dict | None = None, tokens: int | None = None,
-                 xfmt: str | None = None):
+                 xfmt: str | None = None, zsplit: int = 1):
         if fmt not in WEIGHT_FORMATS or rows not in GEMM_ROWS:
             raise ValueError(f"no prefill GEMM for {fmt} x {rows} rows")
+        if zsplit < 1 or rows % zsplit or rows // zsplit not in GEMM_ROWS:
+            raise ValueError(f"no prefill GEMM for {rows} rows in {zsplit} token slices")
         native = {"bf16": "bf16", "f16": "fp16"}.get(fmt)  # 16-bit weights multiply X of their own format
         xfmt = xfmt or native or "bf16"
         if xfmt not in ("bf16", "fp16") or (native is not None and xfmt != native):
             raise ValueError(f"no prefill GEMM for {fmt} weights with {xfmt} activations")
-        self.k, self.fmt, self.rows, self.xfmt = kernels, fmt, rows, xfmt
+        self.k, self.fmt, self.rows, self.xfmt, self.zsplit = kernels, fmt, rows, xfmt, zsplit
         c = self.cfg = dict(cfg or GEMM_CFG[fmt])
         self.nb = gemm_block_rows(fmt, c)  # W rows a block
         kind = "w4h" if fmt == "w4" and xfmt == "fp16" else fmt
-        self.kernel_rows = gemm_kernel_rows(fmt, rows, tokens)  # the rows the instance multiplies (<= rows)
-        self.name = f"gemm_{kind}_t{self.kernel_rows}"
-        self.smem = gemm_smem_bytes(fmt, rows, c, tokens)
+        slice_rows, slice_tokens = (rows, tokens) if zsplit == 1 else (rows // zsplit, rows // zsplit)
+        instance_rows = gemm_kernel_rows(fmt, slice_rows, slice_tokens)  # the rows one block multiplies
+        self.kernel_rows = instance_rows * zsplit  # the buffer rows multiplied (<= rows)
+        self.name = f"gemm_{kind}_t{instance_rows}"
+        self.smem = gemm_smem_bytes(fmt, slice_rows, c, slice_tokens)
         self.threads = 128 * c.get("kw", 1)
         self.kstage = 64 * c.get("kw", 1)  # k per pipeline stage
         _set_max_dynamic_smem(getattr(kernels, self.name), self.smem)  # over the 48 KB default
@@ -216,7 +231,7 @@ class Gemm:
         if mode != "add":
             return 1
         nch = K // self.kstage
-        ks = max(1, min(nch, slots // max(1, self.blocks(N, mode))))
+        ks = max(1, min(nch, slots // max(1, self.blocks(N, mode) * self.zsplit)))
         per = -(-nch // ks)
         return -(-nch // per)
 
@@ -235,7 +250,7 @@ class Gemm:
             args = (X, Q, SZ, np.int32(sbf), Y, act, np.int32(N), np.int32(K), np.int32(m))
         else:
             args = (X, W, Y, act, np.int32(N), np.int32(K), np.int32(m))
-        grid = (self.blocks(N, mode), int(ks))
+        grid = (self.blocks(N, mode), int(ks), self.zsplit)
         if run is None:
             getattr(self.k, self.name)(grid, (self.threads,), args, shared_mem=self.smem)
         else:
