@@ -50,6 +50,8 @@ VARIANTS = {
     "w_nw4": ("w4", {"GEMM_NW_W4": 4, "GEMM_MINB_W4": 2}, {"nw": 4}),
     "w_s3": ("w4", {"GEMM_STAGES_W4": 3}, {"stages": 3}),
     "w_s6": ("w4", {"GEMM_STAGES_W4": 6}, {"stages": 6}),
+    # 8 stages: twice the bytes in flight an SM where a whole GPU holds one block an SM (the 1.5B gate/up)
+    "w_s8": ("w4", {"GEMM_STAGES_W4": 8}, {"stages": 8}),
     "w_t96_minb3": ("w4", {"GEMM_MINB_W4_T96": 3}, {}),  # the 96-row instance at 168 registers (small spill)
     "w_f16": ("w4", {}, {"xfmt": "fp16"}),  # the shipped shape, X (and act) in fp16: gemm_w4h_* (issue 41)
     # token slices over grid.z (launch.gemm_token_split): a 96-row buffer as two 48-row slices of the 48-row instance
