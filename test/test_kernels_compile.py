@@ -220,9 +220,9 @@ def test_gemv_plan_covers_every_published_shape():
 
 
 def test_gemm_token_split_policy():
-    """launch.gemm_token_split: a 96-row buffer in two 48-row slices only where one wave of the 96-row instance
-    leaves slots idle (the 1.5B 4-bit gate/up: 140 blocks; a whole H100 / H200 holds 264, 8 SMs 16)."""
+    """launch.gemm_token_split: the 96-row gate/up in two 48-row slices only where its grid holds fewer than 4 blocks
+    an SM (the 1.5B 4-bit gate/up: 140 blocks; a whole H100 / H200 has 132 SMs, a board 8)."""
     split = _launch_py_names("gemm_token_split")["gemm_token_split"]
-    assert split(96, 140, 264) == 2 and split(96, 76, 264) == 2
-    assert split(96, 140, 16) == 1 and split(96, 280, 264) == 1 and split(96, 264, 264) == 1
-    assert split(48, 140, 528) == 1 and split(32, 10, 528) == 1
+    assert split(96, 140, 132) == 2 and split(96, 280, 132) == 2 and split(96, 76, 132) == 2
+    assert split(96, 140, 8) == 1 and split(96, 32, 8) == 1 and split(96, 528, 132) == 1
+    assert split(48, 140, 132) == 1 and split(32, 10, 132) == 1

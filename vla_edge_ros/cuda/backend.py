@@ -122,11 +122,11 @@ class CudaBackend:
         self.gemv_launch = Gemv(self.k, self.device_format)
         self.gemv = gemv_plan(self.gemv_launch, self.launch, self.H, self.I, self.NQKV, self.NQ, self.sms)
         xfmt = "fp16" if self.x16 else "bf16"
-        # the chunk's prefill GEMM, and the prompt blocks' (the same one when the chunk has PROMPT_ROWS rows); a block
-        # of at most gemm.kernel_rows rows takes the chunk's
-        self.gemm = self._prefill_gemm(self.lay.rows, self.lay.tokens, xfmt)
-        self.gemm_prompt = self.gemm if self.lay.rows == PROMPT_ROWS else self._prefill_gemm(
-            PROMPT_ROWS, PROMPT_ROWS, xfmt)
+        # the chunk's prefill GEMM and its gate/up's, and the prompt blocks' (the same when the chunk has PROMPT_ROWS
+        # rows); a block of at most gemm.kernel_rows rows takes the chunk's
+        self.gemm, self.gemm_gu = self._prefill_gemms(self.lay.rows, self.lay.tokens, xfmt)
+        self.gemm_prompt, self.gemm_prompt_gu = (self.gemm, self.gemm_gu) if self.lay.rows == PROMPT_ROWS else \
+            self._prefill_gemms(PROMPT_ROWS, PROMPT_ROWS, xfmt)
         self.gemm_slots = {g.name: self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
                            for g in (self.gemm, self.gemm_prompt)}
         self._allocate()
@@ -247,13 +247,12 @@ class CudaBackend:
         self._peak = max(self._peak if hasattr(self, "_peak") else 0, self._pool.used_bytes() - self._pool_base)
 
     # ------------------------------------------------------------------------------------ kernel plans
-    def _prefill_gemm(self, rows: int, tokens: int, xfmt: str) -> Gemm:
-        """The prefill GEMM of a ``rows``-row buffer, in token slices where one wave of it leaves this GPU's SMs idle
-        (launch.gemm_token_split, judged on the gate/up GEMM)."""
+    def _prefill_gemms(self, rows: int, tokens: int, xfmt: str) -> tuple[Gemm, Gemm]:
+        """The prefill GEMM of a ``rows``-row buffer, and the one its gate/up runs: the same, or in token slices where
+        its grid holds few blocks an SM of this GPU (launch.gemm_token_split)."""
         g = Gemm(self.k, self.device_format, rows, tokens=tokens, xfmt=xfmt)
-        slots = self.sms * self.launch.blocks_per_sm(g.name, g.threads, 1, g.smem)
-        z = gemm_token_split(rows, g.blocks(2 * self.I, "swiglu"), slots)
-        return g if z == 1 else Gemm(self.k, self.device_format, rows, tokens=tokens, xfmt=xfmt, zsplit=z)
+        z = gemm_token_split(rows, g.blocks(2 * self.I, "swiglu"), self.sms)
+        return g, (g if z == 1 else Gemm(self.k, self.device_format, rows, tokens=tokens, xfmt=xfmt, zsplit=z))
 
     def _gemm(self, g, X, W, Y, N, K, mode):
         """Prefill GEMM ``g`` (kernels/gemm.cu through the typed launcher); mode "add" splits K to fill one wave."""
@@ -271,7 +270,7 @@ class CudaBackend:
         NQKV, NQ, NKVD, D, cap = self.NQKV, self.NQ, self.NKVD, self.D, self.capacity
         if T > PROMPT_ROWS:
             raise ValueError(f"a prefill of {T} rows: at most {PROMPT_ROWS} a block")
-        gm = self.gemm if T <= self.gemm.kernel_rows else self.gemm_prompt
+        gm, gu = (self.gemm, self.gemm_gu) if T <= self.gemm.kernel_rows else (self.gemm_prompt, self.gemm_prompt_gu)
         nsp = prefill_attention_splits(self.sms, self.NKV, T, self.group, D)  # the chunk's: lay.prefill_splits
         go = self.launch
         for li, lw in enumerate(self.layers):
@@ -286,7 +285,7 @@ class CudaBackend:
                       dependent=False, out_f16=self.x16)
             self._gemm(gm, self.att_bf, lw["wo"], self.x_pre, H, NQ, "add")
             rmsnorm_bf16(self.k, self.x_pre, lw["ln2"], eps, H, T, self.xb, run=go, dependent=False, f16=self.x16)
-            self._gemm(gm, self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16 (fp16)
+            self._gemm(gu, self.xb, lw["wgu"], self.act_pre, 2 * I, H, "swiglu")  # act = silu(gate) * up, bf16 (fp16)
             self._gemm(gm, self.act_pre, lw["wd"], self.x_pre, H, I, "add")
 
     def _decode_layers(self, q_off: int):

@@ -133,14 +133,16 @@ def gemm_kernel_rows(fmt: str, rows: int, tokens: int | None = None) -> int:
     return rows
 
 
-def gemm_token_split(rows: int, wide_blocks: int, slots: int) -> int:
-    """Token slices over grid.z for a prefill GEMM of ``rows`` buffer rows: a 96-row buffer runs as two 48-row
-    slices when the widest GEMM that cannot split K (gate/up + SwiGLU: ``wide_blocks`` blocks of the 96-row instance)
-    leaves resident-block slots of the GPU idle (``slots``: the 96-row instance's, SMs x blocks an SM). The slices
-    double the blocks and the warps an SM at the cost of dequantizing / loading each W tile once a slice. A whole
-    H100 holds the 1.5B 4-bit gate/up's 140 blocks in 264 slots: split; 8 SMs hold 16: kept whole, as issue, not
-    occupancy, bounds the GEMM there (BENCHMARKS.md, "Token slices of the 96-row GEMMs")."""
-    return 2 if rows == 96 and wide_blocks < slots else 1
+def gemm_token_split(rows: int, wide_blocks: int, sms: int) -> int:
+    """Token slices over grid.z for the gate/up + SwiGLU GEMM of a ``rows``-row buffer (``wide_blocks``: its blocks
+    with the whole ``rows``-row instance; it cannot split K): a 96-row buffer runs as two 48-row slices where that grid
+    has fewer than 4 blocks an SM. There one or two blocks of 4 warps an SM leave a warp or two a scheduler, and the
+    GEMM waits on latency (ncu, 1.5B 4-bit, whole H100: warps active 6.7 %, "wait" stalls 1.2 an issued instruction);
+    the slices double the warps at the cost of dequantizing each W tile once a slice: gate/up -7 % (4-bit, 140 blocks
+    on 132 SMs) and -10 % (bf16, 280 blocks). On 8 SMs (17.5 blocks an SM) they cost +9 %, and the split-K GEMMs,
+    already many blocks an SM, keep the 96-row instance (sliced, the 4-bit down measured +15 %). BENCHMARKS.md, "Token
+    slices of the 96-row gate/up GEMM"."""
+    return 2 if rows == 96 and wide_blocks < 4 * sms else 1
 
 
 def gemm_block_rows(fmt: str, cfg: dict | None = None) -> int:

@@ -245,7 +245,7 @@ def main(argv=None) -> int:
         "weights": be.weight_format, "device_weights": be.device_format,
         "action_decoding": "parallel" if parallel else "autoregressive",
         "action_chunk": cfg.action_chunk, "prefill_tokens": be.lay.tokens, "prefill_rows": be.lay.rows,
-        "prefill_gemm": be.gemm.name, "gemm_token_slices": be.gemm.zsplit,
+        "prefill_gemm": be.gemm.name, "gateup_gemm": be.gemm_gu.name, "gateup_token_slices": be.gemm_gu.zsplit,
         "pdl": bool(be.launch.pdl), "gemv_plan": be.gemv, "sms": be.sms, "green_context": bool(sms),
         "sms_seen_by_probe": sms_seen,
         "capacity": a.kv_capacity_tokens, "keys_attended_median": n_mid, "chunks": a.chunks,
@@ -282,7 +282,8 @@ def main(argv=None) -> int:
           f"copy {bw:.0f} GB/s |")
     print(f"| model | {res['weights']} ({be.device_format} on the device), {res['action_decoding']}, "
           f"K = {cfg.action_chunk} action(s) a chunk "
-          f"({be.lay.tokens} prefill tokens, {be.lay.rows} GEMM rows: {be.gemm.name} x {be.gemm.zsplit}) |")
+          f"({be.lay.tokens} prefill tokens, {be.lay.rows} GEMM rows: {be.gemm.name}, gate/up "
+          f"{be.gemm_gu.name} x {be.gemm_gu.zsplit}) |")
     print(f"| chunk (host wall) p50 / p99 | {res['chunk_host_ms']['p50']:.3f} / {res['chunk_host_ms']['p99']:.3f} ms |")
     print(f"| chunk (device stamps) p50 / p99 | {dev_ms:.3f} / {res['chunk_device_ms']['p99']:.3f} ms |")
     print(f"| vision / prefill / decode p50 | {res['vision_ms_p50']:.3f} / {res['prefill_ms_p50']:.3f} / "
