@@ -18,7 +18,8 @@
 #   smodels the KIND-state twins of the model dirs there (bench/lib.sh make_state_models: a 14-value state input, the
 #          stand-in projector), for KINDS="awq-parallel awq-parallel-state" STEPS=bench
 #   t15b   1.5B: CUDA vs the reference (every kind in KINDS) and vs HF (bf16); T15B_K selects (pytest -k, e.g.
-#          parallel)                                                                       -> $OUT/tests_15b.xml
+#          parallel); unselected it runs the 0.5B's full-depth tests too and took over 370 s on an H100 (twenty-fifth
+#          session): give it a call of its own                                             -> $OUT/tests_15b.xml
 #   diag   dev/fidelity/w4_weight_rounding.py on PRESET's awq-parallel: the golden model with exact / old-GEMM-rounded /
 #          scale-rounded 4-bit weights and the CUDA engine (this tree; the base tree's too when BASE exists)
 #   actround dev/fidelity/act_rounding.py on PRESET's awq-parallel and bf16-parallel (models first): the CPU twin of
