@@ -18,7 +18,7 @@
 //
 // 4-bit W (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16, as gemv.cu): gemm_w4_t32 / _t40
 // (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied) / _t48 (41 or 33 real
-// rows: a model with a robot-state token). Written for the
+// rows: a model with a robot-state token; and each 48-row token slice of a 96-row buffer, grid.z: token_slice). Written for the
 // few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A operand** (16 W
 // rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to 48) and each
 // dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i + 4 of a

@@ -40,9 +40,8 @@ VARIANTS = {
     "b_nt4": ("bf16", {"GEMM_NT_BF16": 4}, {"nt": 4}),
     "b_nt2_s6": ("bf16", {"GEMM_STAGES_BF16": 6}, {"stages": 6}),
     "b_kw2_s3": ("bf16", {"GEMM_KW_BF16": 2, "GEMM_STAGES_BF16": 3}, {"kw": 2, "stages": 3}),
-    # 3 stages: the 96-row block's shared memory 80 -> 60 KB, room for 3 blocks an SM instead of 2 (registers not
-    # checked), so the 1.5B gate/up's 280 blocks could fit one wave of 132 SMs (264 slots at 4 stages: a 16-block
-    # second wave); not measured yet
+    # 3 stages: the 96-row block's shared memory 80 -> 60 KB, room for 3 blocks an SM instead of 2, so the 1.5B
+    # gate/up's 280 blocks could fit one wave of 132 SMs; measured -1 % (H100, BENCHMARKS.md "Token slices")
     "b_s3": ("bf16", {"GEMM_STAGES_BF16": 3}, {"stages": 3}),
     "f_base": ("f16", {}, {}),  # the bf16 body on fp16 weights and fp16 X: gemm_f16_* (a bf16 model stored in fp16)
     "w_base": ("w4", {}, {}),

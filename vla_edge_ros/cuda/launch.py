@@ -140,8 +140,9 @@ def gemm_token_split(rows: int, wide_blocks: int, sms: int) -> int:
     GEMM waits on latency (ncu, 1.5B 4-bit, whole H100: warps active 6.7 %, "wait" stalls 1.2 an issued instruction);
     the slices double the warps at the cost of dequantizing each W tile once a slice: gate/up -7 % (4-bit, 140 blocks
     on 132 SMs) and -10 % (bf16, 280 blocks). On 8 SMs (17.5 blocks an SM) they cost +9 %, and the split-K GEMMs,
-    already many blocks an SM, keep the 96-row instance (sliced, the 4-bit down measured +15 %). BENCHMARKS.md, "Token
-    slices of the 96-row gate/up GEMM"."""
+    already many blocks an SM, keep the 96-row instance (sliced, the 4-bit down measured +15 %). The threshold lies
+    between the measured points (1.1-2.1 blocks an SM gained, 17.5 lost). BENCHMARKS.md, "Token slices of the 96-row
+    gate/up GEMM"."""
     return 2 if rows == 96 and wide_blocks < 4 * sms else 1
 
 
