@@ -55,6 +55,9 @@
 #ifndef GEMM_STAGES_W4
 #define GEMM_STAGES_W4 4
 #endif
+#ifndef GEMM_KW_W4
+#define GEMM_KW_W4 1  // warp groups of 4 along K (> 1: dev/cuda/gemm_micro.py's w_kw2_* variants, not shipped)
+#endif
 #ifndef GEMM_MINB_W4_T96
 #define GEMM_MINB_W4_T96 2  // the 96-row instance: 12 token tiles hold 96 fp32 accumulators a thread
 #endif
@@ -311,12 +314,14 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
         gemm_body<FmtBf16, MT, true>(X, W, Y, act, N, K, mode);                                                   \
     }
 // ---------------------------------------------------------------------------------------------- 4-bit weights
-// Weights as the MMA's A operand (see the top). A block: 4 warps, NB = 64 * NW W rows (warp w: m16 tiles i of rows
-// w * 16 * NW + 16 i ..), TT token tiles of 8 (T = 8 TT rows), a K range (grid.y splits K in mode 1).
-// A stage (one 64-wide chunk, 16-byte units): X tile 8 TT rows x 8 units (XOR-swizzled by row), W tile NB rows x 2
-// units of nibbles, NB words of scale|zero.
+// Weights as the MMA's A operand (see the top). A block: 4 warps (times KW), NB = 64 * NW W rows (warp w: m16 tiles
+// i of rows w * 16 * NW + 16 i ..), TT token tiles of 8 (T = 8 TT rows), a K range (grid.y splits K in mode 1).
+// A chunk (one 64-wide k range, 16-byte units): X tile 8 TT rows x 8 units (XOR-swizzled by row), W tile NB rows x 2
+// units of nibbles, NB words of scale|zero. A stage holds KW consecutive chunks; warp group h (4 warps) loads and
+// multiplies chunk h of each stage, and the groups' sums are added in shared memory at the end (as FmtBf16's KW):
+// more warps a scheduler for the same instructions where a grid holds one block an SM.
 struct W4 {
-    static constexpr int NW = GEMM_NW_W4, NB = 64 * NW, STAGES = GEMM_STAGES_W4;
+    static constexpr int NW = GEMM_NW_W4, NB = 64 * NW, STAGES = GEMM_STAGES_W4, KW = GEMM_KW_W4;
     static_assert(NW % 2 == 0, "mode 2 pairs gate tile i with up tile i + NW / 2");
 };
 
@@ -335,7 +340,7 @@ __device__ __forceinline__ int w4_row(int l, int mode, int N) {
 template <int TT>
 __device__ __forceinline__ void w4_load_stage(uint4* st, const bf16_t* __restrict__ X, const unsigned* __restrict__ Q,
                                               const unsigned* __restrict__ SZ, int N, int K, int mode, int c) {
-    const int tid = threadIdx.x;
+    const int tid = W4::KW > 1 ? (threadIdx.x & 127) : threadIdx.x;  // within the warp group
     const int k0 = c * 64;
 #pragma unroll
     for (int i = 0; i < (TT * 64 + 127) / 128; ++i) {  // X tile
@@ -354,6 +359,15 @@ __device__ __forceinline__ void w4_load_stage(uint4* st, const bf16_t* __restric
         const int l = tid + i * 128;
         cp_async4(ss + l, SZ + (size_t)w4_row(l, mode, N) * (K >> 7) + (k0 >> 7));
     }
+}
+
+// Stage cs = chunks cs * KW .. cs * KW + KW - 1: warp group h loads chunk cs * KW + h into part h of the stage.
+template <int TT>
+__device__ __forceinline__ void w4_load_group_stage(uint4* st, const bf16_t* __restrict__ X,
+                                                    const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,
+                                                    int N, int K, int mode, int cs) {
+    const int h = W4::KW > 1 ? (int)(threadIdx.x >> 7) : 0;
+    w4_load_stage<TT>(st + h * w4_stage_units<TT>(), X, Q, SZ, N, K, mode, cs * W4::KW + h);
 }
 
 // q - z as a bf16 pair for nibbles i, i + 4 of w (i = sh / 4), exact (an integer in -15..15): zz = bf16x2(128 + z).
@@ -435,13 +449,16 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
                                              const unsigned* __restrict__ SZ, int sbf, float* __restrict__ Y,
                                              bf16_t* __restrict__ act, int N, int K, int mode) {
     extern __shared__ uint4 smem[];
-    constexpr int NW = W4::NW, S = W4::STAGES, STAGE = w4_stage_units<TT>();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int NW = W4::NW, S = W4::STAGES, KW = W4::KW, CHUNK = w4_stage_units<TT>(), STAGE = KW * CHUNK;
+    static_assert((KW - 1) * NW * TT * 4 * 128 * 4 <= S * STAGE * 16, "K-group sums do not fit the pipeline");
+    const int lane = threadIdx.x & 31;
+    const int h = KW > 1 ? (int)(threadIdx.x >> 7) : 0;              // warp group along K
+    const int warp = KW > 1 ? (int)((threadIdx.x >> 5) & 3) : (int)(threadIdx.x >> 5);  // warp within the group
     token_slice(X, Y, act, 8 * TT, N, K);
-    const int nch = K >> 6;
-    const int per = (nch + gridDim.y - 1) / gridDim.y;
+    const int nst = (K >> 6) / KW;  // stages of KW chunks
+    const int per = (nst + gridDim.y - 1) / gridDim.y;
     const int c0 = blockIdx.y * per;
-    const int c1 = min(nch, c0 + per);
+    const int c1 = min(nst, c0 + per);
     PDL_ENTRY();
     float acc[NW][TT][4];
 #pragma unroll
@@ -452,19 +469,42 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (c0 + s < c1) w4_load_stage<TT>(smem + s * STAGE, X, Q, SZ, N, K, mode, c0 + s);
+        if (c0 + s < c1) w4_load_group_stage<TT>(smem + s * STAGE, X, Q, SZ, N, K, mode, c0 + s);
         cp_async_commit();
     }
     for (int c = c0; c < c1; ++c) {
         cp_async_wait<S - 2>();
         __syncthreads();
         const int cn = c + S - 1;
-        if (cn < c1) w4_load_stage<TT>(smem + ((cn - c0) % S) * STAGE, X, Q, SZ, N, K, mode, cn);
+        if (cn < c1) w4_load_group_stage<TT>(smem + ((cn - c0) % S) * STAGE, X, Q, SZ, N, K, mode, cn);
         cp_async_commit();
-        w4_mma_stage<TT, F16>(smem + ((c - c0) % S) * STAGE, acc, sbf, warp, lane);
+        w4_mma_stage<TT, F16>(smem + ((c - c0) % S) * STAGE + h * CHUNK, acc, sbf, warp, lane);
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;
+    if (KW > 1) {  // warp groups 1.. hand their sums to group 0 through the (now idle) pipeline memory
+        __syncthreads();
+        float* red = (float*)smem;
+        const int t = threadIdx.x & 127;
+        constexpr int PER = NW * TT * 4 * 128;
+        if (h > 0) {
+#pragma unroll
+            for (int i = 0; i < NW; ++i)
+#pragma unroll
+                for (int j = 0; j < TT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) red[(h - 1) * PER + ((i * TT + j) * 4 + e) * 128 + t] = acc[i][j][e];
+        }
+        __syncthreads();
+        if (h != 0) return;
+        for (int g = 0; g < KW - 1; ++g)
+#pragma unroll
+            for (int i = 0; i < NW; ++i)
+#pragma unroll
+                for (int j = 0; j < TT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] += red[g * PER + ((i * TT + j) * 4 + e) * 128 + t];
+    }
     // acc[i][j][e]: W row (warp, tile i) g + 8 (e >> 1), token 8 j + 2 t + (e & 1)
     const int g = lane >> 2, t = lane & 3;
     const GemmOut out{Y, act, N, mode};
@@ -492,12 +532,12 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
 }
 
 #define GEMM_W4(TT, T, MINB)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(128, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_W4, MINB)                                          \
     gemm_w4_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ,  \
                  int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {              \
         gemm_w4_body<TT, false>(X, Q, SZ, sbf, Y, act, N, K, mode);                                               \
     }                                                                                                             \
-    extern "C" __global__ void __launch_bounds__(128, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * GEMM_KW_W4, MINB)                                          \
     gemm_w4h_t##T(const bf16_t* __restrict__ X, const unsigned* __restrict__ Q, const unsigned* __restrict__ SZ, \
                   int sbf, float* __restrict__ Y, bf16_t* __restrict__ act, int N, int K, int mode) {             \
         gemm_w4_body<TT, true>(X, Q, SZ, sbf, Y, act, N, K, mode);                                                \

@@ -126,7 +126,8 @@ def test_gemm_launcher_config_matches_the_kernel_defaults():
     assert cfg["f16"] == b  # the same body on fp16 weights
     assert (b["nt"], b["kw"], b["stages"]) == (defaults["GEMM_NT_BF16"], defaults["GEMM_KW_BF16"],
                                                defaults["GEMM_STAGES_BF16"])
-    assert (w["nw"], w["stages"]) == (defaults["GEMM_NW_W4"], defaults["GEMM_STAGES_W4"])
+    assert (w["nw"], w["kw"], w["stages"]) == (defaults["GEMM_NW_W4"], defaults["GEMM_KW_W4"],
+                                               defaults["GEMM_STAGES_W4"])
     assert ns["gemm_block_rows"]("w4") == 64 * defaults["GEMM_NW_W4"]  # W4::NB
     assert ns["GEMM_ROWS"] == (32, 48, 96)
     for fmt in ("bf16", "f16", "w4"):
@@ -226,3 +227,33 @@ def test_gemm_token_split_policy():
     assert split(96, 140, 132) == 2 and split(96, 280, 132) == 2 and split(96, 76, 132) == 2
     assert split(96, 140, 8) == 1 and split(96, 32, 8) == 1 and split(96, 528, 132) == 1
     assert split(48, 140, 132) == 1 and split(32, 10, 132) == 1
+
+
+def _gemm_micro_variants():
+    """dev/cuda/gemm_micro.py's VARIANTS, read from the source (the script imports CuPy)."""
+    import ast
+
+    with open(os.path.join(os.path.dirname(HERE), "dev", "cuda", "gemm_micro.py")) as f:
+        tree = ast.parse(f.read())
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "VARIANTS" for t in n.targets):
+            return ast.literal_eval(n.value)
+    raise AssertionError("no VARIANTS in dev/cuda/gemm_micro.py")
+
+
+@pytest.mark.skipif(NVRTC is None, reason="cuda-python / nvidia-cuda-nvrtc / nvidia-cuda-runtime not installed")
+@pytest.mark.parametrize("name", [n for n, v in _gemm_micro_variants().items() if v[1]])
+def test_gemm_micro_variants_compile(name):
+    """Each gemm_micro variant's -D defines still build kernels/gemm.cu for sm_90 (the device it is measured on), so a
+    kernel change does not leave the dev variants broken until the next GPU call; the launcher's view of the variant
+    (threads, shared memory) is checked there, against the fp32 reference."""
+    _, defines, over = _gemm_micro_variants()[name]
+    log, ptx = compile_source(os.path.join(KDIR, "gemm.cu"), "sm_90",
+                              extra=["-DVLA_PDL"] + [f"-D{k}={v}" for k, v in defines.items()], want_ptx=True)
+    assert "warning" not in log.lower() or "declared but never referenced" in log, log
+    threads = 128 * over.get("kw", 1)
+    fmt = _gemm_micro_variants()[name][0]
+    prefix = "gemm_w4" if fmt == "w4" else "gemm_bf16"
+    for entry in ptx.split(".entry ")[1:]:
+        if entry.startswith(prefix):
+            assert f".maxntid {threads}, 1, 1" in entry, (name, entry[:40])

@@ -53,6 +53,12 @@ VARIANTS = {
     "w_s8": ("w4", {"GEMM_STAGES_W4": 8}, {"stages": 8}),
     "w_t96_minb3": ("w4", {"GEMM_MINB_W4_T96": 3}, {}),  # the 96-row instance at 168 registers (small spill)
     "w_f16": ("w4", {}, {"xfmt": "fp16"}),  # the shipped shape, X (and act) in fp16: gemm_w4h_* (issue 41)
+    # two warp groups along K (8 warps a block; 128 / 255 registers a thread at 2 / 1 blocks an SM): the per-chunk
+    # dequantization and copies over twice the warps, none of it done twice (BENCHMARKS.md "Token slices": the lead
+    # for the 1-block-an-SM gate/up); not measured yet
+    "w_kw2_s3": ("w4", {"GEMM_KW_W4": 2, "GEMM_STAGES_W4": 3, "GEMM_MINB_W4": 2, "GEMM_MINB_W4_T96": 1},
+                 {"kw": 2, "stages": 3, "xfmt": "fp16"}),
+    "w_kw2_s4": ("w4", {"GEMM_KW_W4": 2, "GEMM_MINB_W4": 2, "GEMM_MINB_W4_T96": 1}, {"kw": 2, "xfmt": "fp16"}),
     # token slices over grid.z (launch.gemm_token_split): a 96-row buffer as two 48-row slices of the 48-row instance
     "w_z2": ("w4", {}, {"xfmt": "fp16", "zsplit": 2}),
     "b_z2": ("bf16", {}, {"zsplit": 2}),

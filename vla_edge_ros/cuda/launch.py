@@ -113,9 +113,9 @@ class Launcher:
 # The prefill GEMM's shape per weight format, as kernels/gemm.cu compiles it (its GEMM_*_BF16 / GEMM_*_W4 defaults):
 # bf16 (and f16, the same body on fp16 weights): nt n-tiles of 8 W rows a warp (a block: 4 warps along N, 32 * nt
 # rows), kw warp groups of 4 along K (each on its own 64-wide chunk of a stage); 4-bit: nw m16 tiles of W rows a warp
-# (a block: 4 warps, 64 * nw rows); stages cp.async stages of one 64-wide chunk (times kw).
+# (a block: 4 warps, 64 * nw rows), kw as for bf16; stages cp.async stages of one 64-wide chunk (times kw).
 GEMM_CFG = {"bf16": {"nt": 2, "kw": 1, "stages": 4}, "f16": {"nt": 2, "kw": 1, "stages": 4},
-            "w4": {"nw": 2, "stages": 4}}
+            "w4": {"nw": 2, "kw": 1, "stages": 4}}
 # The weight formats of the layers on the device: "f16" is a bf16 model stored in fp16 (cuda/act_format.py), whose
 # GEMMs then take fp16 activations.
 WEIGHT_FORMATS = ("bf16", "f16", "w4")
