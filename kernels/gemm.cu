@@ -204,6 +204,35 @@ struct GemmOut {
     }
 };
 
+// KW warp groups of 4 along K: groups 1 .. KW - 1 hand their sums to group 0 through the (now idle) pipeline memory,
+// acc[A][B][4] a thread; returns whether this thread's group is group 0, the one that writes the output. Every
+// cp.async must have landed (cp_async_wait<0>) and the block must reach here together.
+template <int KW, int A, int B>
+__device__ __forceinline__ bool k_groups_sum(float (&acc)[A][B][4], uint4* smem) {
+    const int h = threadIdx.x >> 7, t = threadIdx.x & 127;
+    constexpr int PER = A * B * 4 * 128;
+    float* red = (float*)smem;
+    __syncthreads();
+    if (h > 0) {
+#pragma unroll
+        for (int i = 0; i < A; ++i)
+#pragma unroll
+            for (int j = 0; j < B; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) red[(h - 1) * PER + ((i * B + j) * 4 + e) * 128 + t] = acc[i][j][e];
+    }
+    __syncthreads();
+    if (h != 0) return false;
+    for (int g = 0; g < KW - 1; ++g)
+#pragma unroll
+        for (int i = 0; i < A; ++i)
+#pragma unroll
+            for (int j = 0; j < B; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += red[g * PER + ((i * B + j) * 4 + e) * 128 + t];
+    return true;
+}
+
 // grid.z: the token slice of ROWS rows this block multiplies (the launcher's token split: a 96-row buffer as two
 // 48-row halves, twice the blocks where one wave of the 96-row instance leaves SMs idle). Moves X, Y and act to the
 // slice's first row; Y or act is null in the mode that does not use it and is then never read.
@@ -252,28 +281,8 @@ __device__ __forceinline__ void gemm_body(const bf16_t* __restrict__ X, const bf
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;  // uniform over the block
-    if (F::KW > 1) {       // warp groups 1.. hand their sums to group 0 through the (now idle) pipeline memory
-        __syncthreads();
-        float* red = (float*)smem;
-        const int t = threadIdx.x & 127;
-        constexpr int PER = MT * NT * 4 * 128;
-        if (h > 0) {
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) red[(h - 1) * PER + ((i * NT + j) * 4 + e) * 128 + t] = acc[i][j][e];
-        }
-        __syncthreads();
-        if (h != 0) return;
-        for (int g = 0; g < F::KW - 1; ++g)
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] += red[g * PER + ((i * NT + j) * 4 + e) * 128 + t];
+    if constexpr (F::KW > 1) {  // group 0 writes the output
+        if (!k_groups_sum<F::KW>(acc, smem)) return;
     }
     // acc[mt][j][e]: token mt * 16 + r + 8 (e >> 1), columns 2q, 2q + 1 of the warp's n-tile j
     const int r = lane >> 2, q = lane & 3;
@@ -482,28 +491,8 @@ __device__ __forceinline__ void gemm_w4_body(const bf16_t* __restrict__ X, const
     }
     cp_async_wait<0>();
     if (c0 >= c1) return;
-    if (KW > 1) {  // warp groups 1.. hand their sums to group 0 through the (now idle) pipeline memory
-        __syncthreads();
-        float* red = (float*)smem;
-        const int t = threadIdx.x & 127;
-        constexpr int PER = NW * TT * 4 * 128;
-        if (h > 0) {
-#pragma unroll
-            for (int i = 0; i < NW; ++i)
-#pragma unroll
-                for (int j = 0; j < TT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) red[(h - 1) * PER + ((i * TT + j) * 4 + e) * 128 + t] = acc[i][j][e];
-        }
-        __syncthreads();
-        if (h != 0) return;
-        for (int g = 0; g < KW - 1; ++g)
-#pragma unroll
-            for (int i = 0; i < NW; ++i)
-#pragma unroll
-                for (int j = 0; j < TT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] += red[g * PER + ((i * TT + j) * 4 + e) * 128 + t];
+    if constexpr (KW > 1) {  // group 0 writes the output
+        if (!k_groups_sum<KW>(acc, smem)) return;
     }
     // acc[i][j][e]: W row (warp, tile i) g + 8 (e >> 1), token 8 j + 2 t + (e & 1)
     const int g = lane >> 2, t = lane & 3;
