@@ -80,31 +80,23 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
     return s;
 }
 
-// dot of 8 bf16 (one uint4) with 8 floats
-__device__ __forceinline__ float dot8(uint4 w, const float* x) {
-    float s = bflo(w.x) * x[0];
-    s = fmaf(bfhi(w.x), x[1], s);
-    s = fmaf(bflo(w.y), x[2], s);
-    s = fmaf(bfhi(w.y), x[3], s);
-    s = fmaf(bflo(w.z), x[4], s);
-    s = fmaf(bfhi(w.z), x[5], s);
-    s = fmaf(bflo(w.w), x[6], s);
-    s = fmaf(bfhi(w.w), x[7], s);
-    return s;
-}
+// The low / high value of a word of two 16-bit values, as a float: bf16, or fp16 when F16.
+template <bool F16>
+__device__ __forceinline__ float lo16(unsigned u) { return F16 ? __low2float(*(const __half2*)&u) : bflo(u); }
+template <bool F16>
+__device__ __forceinline__ float hi16(unsigned u) { return F16 ? __high2float(*(const __half2*)&u) : bfhi(u); }
 
-// dot of 8 fp16 (one uint4) with 8 floats
-__device__ __forceinline__ float dot8h(uint4 w, const float* x) {
-    const float2 a = __half22float2(*(const __half2*)&w.x), b = __half22float2(*(const __half2*)&w.y);
-    const float2 c = __half22float2(*(const __half2*)&w.z), d = __half22float2(*(const __half2*)&w.w);
-    float s = a.x * x[0];
-    s = fmaf(a.y, x[1], s);
-    s = fmaf(b.x, x[2], s);
-    s = fmaf(b.y, x[3], s);
-    s = fmaf(c.x, x[4], s);
-    s = fmaf(c.y, x[5], s);
-    s = fmaf(d.x, x[6], s);
-    s = fmaf(d.y, x[7], s);
+// dot of 8 16-bit values (one uint4: bf16, or fp16 when F16) with 8 floats
+template <bool F16 = false>
+__device__ __forceinline__ float dot8(uint4 w, const float* x) {
+    float s = lo16<F16>(w.x) * x[0];
+    s = fmaf(hi16<F16>(w.x), x[1], s);
+    s = fmaf(lo16<F16>(w.y), x[2], s);
+    s = fmaf(hi16<F16>(w.y), x[3], s);
+    s = fmaf(lo16<F16>(w.z), x[4], s);
+    s = fmaf(hi16<F16>(w.z), x[5], s);
+    s = fmaf(lo16<F16>(w.w), x[6], s);
+    s = fmaf(hi16<F16>(w.w), x[7], s);
     return s;
 }
 

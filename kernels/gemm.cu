@@ -18,16 +18,16 @@
 //
 // 4-bit W (Q uint32 [N, K/8] nibbles, SZ uint32 [N, K/128] scale bits | zero << 16, as gemv.cu): gemm_w4_t32 / _t40
 // (the 48-row buffers of a parallel pass hold 40 real rows: the 8 zero rows are not multiplied) / _t48 (41 or 33 real
-// rows: a model with a robot-state token; and each 48-row token slice of a 96-row buffer, grid.z: token_slice). Written for the
-// few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A operand** (16 W
-// rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to 48) and each
-// dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i + 4 of a
-// word become one bf16 pair with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: bf16 of 128 + n) and
-// one bf16x2 subtraction of 128 + z: q - z, an exact integer. The tensor cores multiply those; the group scale is
-// applied in fp32 to each W tile's partial sums once a 64-wide chunk (one FMA an accumulator), so the weights are the
-// file's exactly, as in the GEMV and the NumPy twin (ops.linear on QuantTensor.dequantize()). Multiplying the scale
-// into bf16 weights instead (one rounding, 2^-9) cost the 1.5B full-depth chunk 4.0e-2 of its largest logit against
-// the golden model, past the 3e-2 bound (issue 41; BENCHMARKS.md, "The 4-bit GEMM's weights").
+// rows: a model with a robot-state token; and each 48-row token slice of a 96-row buffer, grid.z: token_slice).
+// Written for the few-SM boards, where this GEMM is bound by issue and latency, not bytes: the **weights are the A
+// operand** (16 W rows an m16 tile) and the tokens the B operand (8 a tile), so 40 rows are 5 n-tiles (no padding to
+// 48) and each dequantized weight register feeds 5 MMAs. Dequantization in registers (Marlin's way): nibbles i and i
+// + 4 of a word become one bf16 pair with one shift and one LOP3 ((w >> 4i) & 0x000F000F | 0x43004300: bf16 of 128 +
+// n) and one bf16x2 subtraction of 128 + z: q - z, an exact integer. The tensor cores multiply those; the group
+// scale is applied in fp32 to each W tile's partial sums once a 64-wide chunk (one FMA an accumulator), so the
+// weights are the file's exactly, as in the GEMV and the NumPy twin (ops.linear on QuantTensor.dequantize()).
+// Multiplying the scale into bf16 weights instead (one rounding, 2^-9) cost the 1.5B full-depth chunk 4.0e-2 of its
+// largest logit against the golden model, past the 3e-2 bound (issue 41; BENCHMARKS.md, "The 4-bit GEMM's weights").
 // The k order inside a chunk follows the nibbles: lane t takes elements 16t..16t+15 as 8 pairs (e, e + 4) of each
 // group of 8; the X words (adjacent bf16 pairs) are regrouped to match with one byte permute each, per k-step and W
 // tile.
@@ -233,9 +233,9 @@ __device__ __forceinline__ bool k_groups_sum(float (&acc)[A][B][4], uint4* smem)
     return true;
 }
 
-// grid.z: the token slice of ROWS rows this block multiplies (the launcher's token split: a 96-row buffer as two
-// 48-row halves, twice the blocks where one wave of the 96-row instance leaves SMs idle). Moves X, Y and act to the
-// slice's first row; Y or act is null in the mode that does not use it and is then never read.
+// grid.z: the token slice of `rows` rows this block multiplies (launch.gemm_token_split: the gate/up of a 96-row
+// buffer as two 48-row slices where its grid holds few blocks an SM). Moves X, Y and act to the slice's first row; Y
+// or act is null in the mode that does not use it and is then never dereferenced.
 __device__ __forceinline__ void token_slice(const bf16_t* __restrict__& X, float* __restrict__& Y,
                                             bf16_t* __restrict__& act, int rows, int N, int K) {
     const size_t t0 = (size_t)blockIdx.z * rows;

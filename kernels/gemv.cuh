@@ -91,7 +91,7 @@ struct W16 {
         const uint4* s = (const uint4*)slot + lane;
         float acc = 0.f;
 #pragma unroll
-        for (int u = 0; u < KV; ++u) acc += F16 ? dot8h(s[32 * u], xr[u]) : dot8(s[32 * u], xr[u]);
+        for (int u = 0; u < KV; ++u) acc += dot8<F16>(s[32 * u], xr[u]);
         return acc;
     }
 };

@@ -247,12 +247,11 @@ def test_gemm_micro_variants_compile(name):
     """Each gemm_micro variant's -D defines still build kernels/gemm.cu for sm_90 (the device it is measured on), so a
     kernel change does not leave the dev variants broken until the next GPU call; the launcher's view of the variant
     (threads, shared memory) is checked there, against the fp32 reference."""
-    _, defines, over = _gemm_micro_variants()[name]
+    fmt, defines, over = _gemm_micro_variants()[name]
     log, ptx = compile_source(os.path.join(KDIR, "gemm.cu"), "sm_90",
                               extra=["-DVLA_PDL"] + [f"-D{k}={v}" for k, v in defines.items()], want_ptx=True)
     assert "warning" not in log.lower() or "declared but never referenced" in log, log
     threads = 128 * over.get("kw", 1)
-    fmt = _gemm_micro_variants()[name][0]
     prefix = "gemm_w4" if fmt == "w4" else "gemm_bf16"
     for entry in ptx.split(".entry ")[1:]:
         if entry.startswith(prefix):

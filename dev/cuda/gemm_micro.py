@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 import cupy as cp  # noqa: E402
 
-from vla_edge_ros.cuda.launch import GEMM_CFG, Gemm, Launcher  # noqa: E402
+from vla_edge_ros.cuda.launch import GEMM_CFG, GEMM_ROWS, Gemm, Launcher  # noqa: E402
 
 from _timing import graph_ms, variant_kernels  # noqa: E402
 
@@ -150,7 +150,7 @@ def main():
             la = Launcher(k, s, pdl=False)
             print(f"--- {name}: {fmt} {defines} (compiled in {time.perf_counter() - t0:.1f} s)", flush=True)
             for rows in rows_list:
-                if rows % zsplit or rows // zsplit not in (32, 48, 96):
+                if rows % zsplit or rows // zsplit not in GEMM_ROWS:
                     continue
                 g = Gemm(k, fmt, rows, cfg=cfg, xfmt=xfmt, zsplit=zsplit)
                 xfmt = g.xfmt

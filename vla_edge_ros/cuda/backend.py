@@ -152,13 +152,14 @@ class CudaBackend:
             out = cupy.empty((sum(p.shape[0] for p in parts), parts[0].shape[1]), cupy.uint16)
             r = 0
             for p in parts:
-                if np.asarray(p).dtype != np.uint16:
-                    raise TypeError(f"a bf16 layer weight as {np.asarray(p).dtype}, not bf16 bits (uint16)")
+                p = np.asarray(p)
+                if p.dtype != np.uint16:
+                    raise TypeError(f"a bf16 layer weight as {p.dtype}, not bf16 bits (uint16)")
                 # a slab of rows at a time: the conversion's temporaries (8 bytes an element) stay near 32 MB on top
                 # of the plan at start-up, where a whole weight at once (the 3B's gate: 22.5M elements) took ~270 MB
                 step = max(1, F16_SLAB // p.shape[1])
                 for i in range(0, p.shape[0], step):
-                    w = cupy.asarray(np.ascontiguousarray(p[i:i + step], dtype=np.uint16)).astype(cupy.uint32)
+                    w = cupy.asarray(np.ascontiguousarray(p[i:i + step])).astype(cupy.uint32)
                     w <<= 16  # bf16 bits -> float32 bits (exact)
                     out[r + i:r + i + w.shape[0]] = w.view(cupy.float32).astype(cupy.float16).view(cupy.uint16)
                 r += p.shape[0]
