@@ -77,7 +77,7 @@ def test_the_tokenizer_is_the_checkpoint_s_own(hf, golden_bf16, real_gguf):
     from vla_edge_ros.model.tokenizer import build_gguf_tokenizer, load_tokenizer
 
     hf_tok = hf["hf_tok"]
-    assert converted_cache.lookup(real_gguf) is not None
+    assert converted_cache.lookup(real_gguf) is not None, "no converted-weights entry (its WARN above says why)"
     converted = load_tokenizer(real_gguf)
     assert converted.source == real_gguf
     for tok in (build_gguf_tokenizer(real_gguf), converted):
