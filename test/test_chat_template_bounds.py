@@ -8,6 +8,7 @@ same prompt ids as before."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import threading
 import time
 
@@ -44,9 +45,11 @@ def triggered(hostile: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_weights(tmp_path_factory):
+    """The tiny model and the folder its per-test GGUFs go to (23 MB each, 255 MB by the file's end: deleted then)."""
     d = tmp_path_factory.mktemp("tpl")
     make_model(str(d / "tiny"), "tiny", seed=5)
-    return load_model(str(d / "tiny")), d
+    yield load_model(str(d / "tiny")), d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def gguf_with(tiny_weights, template: str, name: str) -> str:
