@@ -3,9 +3,10 @@
 """Does a spinning rclpy executor always stop when another thread asks it to? (why bringup.ExecutorThread spins one
 callback at a time on a guard condition of the node instead of ``executor.spin()`` ended by ``executor.shutdown()``).
 
-Each round builds a node with many entities (20 services, 20 subscriptions, a 0.5 ms timer) so the spinning thread
-spends its time building wait sets, starts the spin on a thread, waits a random 0-10 ms, cancels the timer (as the
-bringup stops its timers) and then ends the spin one of two ways:
+Each round builds a node with many entities (ENTITIES services and as many subscriptions, a 0.5 ms timer) so the
+spinning thread spends its time building wait sets (the race's window: the more entities, the wider), starts the
+spin on a thread, waits a random 0-10 ms, cancels the timer (as the bringup stops its timers) and then ends the spin
+one of two ways:
 
 - ``shutdown``: ``executor.spin()`` on the thread, ``executor.shutdown()`` from the main thread. shutdown() triggers
   and at once destroys the executor's wake-up guard condition; a thread that is between appending that guard to its
@@ -15,11 +16,13 @@ bringup stops its timers) and then ends the spin one of two ways:
 
 A thread still spinning 0.5 s after the stop counts as stuck; one that raised counts as crashed. Measured on the
 2-core dev host (2026-12-06, rclpy from the ROS 2 wheels, GIL switch interval 0.5 ms as the node sets it):
-``shutdown`` 31 stuck + 8 crashed of 300, ``bringup`` 0 of 300.
-test/test_executor_thread.py runs the ``bringup`` way in CI.
+``shutdown`` 31 stuck + 8 crashed of 300, ``bringup`` 0 of 300 (20 entities). The same host on a later day, 20
+entities: ``shutdown`` 0 stuck of 300 unloaded, 3 stuck + 3 crashed of 200 under ``slow_host.sh -f 3``; 60
+entities: 5 stuck + 8 crashed of 100; 150: 6 + 12 of 100. test/test_executor_thread.py runs the ``bringup`` way in
+CI with 60.
 
-    . scripts/env.sh && python dev/executor_shutdown_race.py shutdown 300
-    . scripts/env.sh && python dev/executor_shutdown_race.py bringup 300
+    . scripts/env.sh && python dev/executor_shutdown_race.py shutdown 300 [ENTITIES=20]
+    . scripts/env.sh && python dev/executor_shutdown_race.py bringup 300 60
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def main(mode: str, rounds: int) -> None:
+def main(mode: str, rounds: int, entities: int) -> None:
     import rclpy
     from rcl_interfaces.srv import GetParameters
     from rclpy.executors import SingleThreadedExecutor
@@ -45,7 +48,7 @@ def main(mode: str, rounds: int) -> None:
     stuck = crashed = 0
     for i in range(rounds):
         node = rclpy.create_node(f"race{i}")
-        for k in range(20):
+        for k in range(entities):
             node.create_service(GetParameters, f"s{k}", lambda req, res: res)
             node.create_subscription(String, f"t{k}", lambda m: None, 10)
         timer = node.create_timer(0.0005, lambda: None)
@@ -84,5 +87,5 @@ def main(mode: str, rounds: int) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("shutdown", "bringup"):
-        sys.exit("usage: executor_shutdown_race.py shutdown|bringup [ROUNDS]")
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 300)
+        sys.exit("usage: executor_shutdown_race.py shutdown|bringup [ROUNDS] [ENTITIES]")
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 300, int(sys.argv[3]) if len(sys.argv) > 3 else 20)
