@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 . install/setup.bash
 echo "ROS_DOMAIN_ID=$ROS_DOMAIN_ID"
-# Free disk where the run writes (this tree, the temp dir): the run needs ~5 GB (README "Testing"); a host with
+# Free disk where the run writes (this tree, the temp dir): the run needs ~5.5 GB (README "Testing"); a host with
 # less fails late with "No space left on device", so the log says up front what there was.
 df -Ph . "${TMPDIR:-/tmp}" | awk 'NR > 1 { print "disk: " $4 " free on " $6 }' | sort -u
 # The real-weight checkpoint (DESIGN.md §16), pinned by sha256: without it the real-weight tests skip.
