@@ -463,3 +463,44 @@ def test_the_data_file_carries_the_measurements():
     assert set(shapes["qwen2.5-0.5b"]["sm_confined"]["chunk_ms"]) == {"bf16", "w4", "bf16-parallel", "w4-parallel"}
     for b in edge.load_boards().values():
         assert b.sms and b.gpu_clock_mhz and b.tensor_rate_vs_hopper
+
+
+def _cb_json(folder, preset, kind, weights, decoding, k, ms, eff, sms=132, seen=132):
+    name = f"cb_{preset}_{kind}" + (f"_sm{sms}" if sms != 132 else "") + ".json"
+    (folder / name).write_text(json.dumps({
+        "device": "NVIDIA H200", "weights": weights, "action_decoding": decoding, "action_chunk": k, "sms": sms,
+        "green_context": sms != 132, "sms_seen_by_probe": seen, "chunk_device_ms": {"p50": ms},
+        "efficiency_of_copy_bw": eff}))
+
+
+def test_boards_measured_writes_what_edge_reads(tmp_path):
+    """bench/boards_measured.py turns one call's chunk_bench files into measured.shapes entries that edge.py reads
+    back: the kind keys edge.chunk_kind gives (a K = 8 chunk its own), whole-GPU and confined times in their places;
+    a confined run whose SM probe saw another count is refused."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("boards_measured", os.path.join(REPO, "bench", "boards_measured.py"))
+    bm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bm)
+    p = "qwen2.5-1.5b"
+    _cb_json(tmp_path, p, "awq-parallel", "w4", "parallel", 1, 2.2, 0.09)
+    _cb_json(tmp_path, p, "awq-parallel-k8", "w4", "parallel", 8, 2.9, 0.07)
+    _cb_json(tmp_path, p, "bf16", "bf16", "autoregressive", 1, 9.8, 0.59)
+    _cb_json(tmp_path, p, "awq-parallel", "w4", "parallel", 1, 12.0, 0.02, sms=8, seen=8)
+    _cb_json(tmp_path, p, "awq-parallel-k8", "w4", "parallel", 8, 15.0, 0.02, sms=8, seen=8)
+    _cb_json(tmp_path, p, "awq-parallel-state", "w4", "parallel", 1, 99.0, 0.01)  # a state twin: not a kind
+    shapes, devices = bm.collect(str(tmp_path))
+    text = "measured:\n  shapes:\n" + bm.render(shapes, 1980, "test")
+    measured = yaml.safe_load(text)["measured"]
+    name, entry = edge.measured_for(PRESETS[p], measured)
+    assert name == p and devices == {"NVIDIA H200"}
+    assert entry["efficiency"] == {"w4-parallel": 0.09, "w4-parallel-k8": 0.07, "bf16": 0.59}
+    assert entry["h200_chunk_ms"]["w4-parallel"] == 2.2 and entry["h200_chunk_ms"]["w4-parallel-k8"] == 2.9
+    nano = edge.Board("nano", 68.0, 8, sms=8, gpu_clock_mhz=990, tensor_rate_vs_hopper=0.5)
+    assert edge.compute_bound("w4-parallel-k8", nano, measured, PRESETS[p])["measured_ms"] == 15.0
+    assert edge.compute_bound("w4-parallel", nano, measured, PRESETS[p])["chunk_ms"] == pytest.approx(12.0 * 2 * 2)
+    _cb_json(tmp_path, p, "bf16", "bf16", "autoregressive", 1, 50.0, 0.1, sms=16, seen=12)
+    with pytest.raises(SystemExit, match="the probe saw 12"):
+        bm.collect(str(tmp_path))
