@@ -11,6 +11,9 @@
 #   it: cb_<preset>_<kind>.json); tshape runs the slow full-depth test of that shape (0.5B, 1.5B)
 #   tests  kernels vs NumPy twins + tiny engine vs the NumPy reference (every kind)      -> $OUT/tests_tiny.xml
 #   micro  prefill GEMMs alone in the variants and rows of MICRO_ARGS (dev/cuda/gemm_micro.py) -> $OUT/gemm_micro$MICRO_TAG.json
+#   verify the tree's correctness in one call (bench/lib.sh verify_all): the 0.5B and 1.5B models of every kind, then
+#          at once both shapes' full-depth tests, the kernel tests and the GPU mutants (VERIFY_S caps it, default 560)
+#                                                                  -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
 #   cmodels the 4-bit model and its parallel dirs awq-parallel (one action) and awq-parallel-k8 (8 actions a chunk,
 #          issue 37) of PRESET (bench/lib.sh make_chunk_models); then e.g. KINDS="awq-parallel awq-parallel-k8"
@@ -57,6 +60,7 @@ for step in ${STEPS:-tests models bench peers}; do
   tests) say "tests"; gpu_tests 8 ;;
   micro) say "gemm micro $MICRO_ARGS"; timeout 300 $PY dev/cuda/gemm_micro.py $MICRO_ARGS \
     --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bfw]_|Error|error|Traceback" ;;
+  verify) say "verify: both shapes' full-depth tests, the kernel tests, the GPU mutants"; verify_all ;;
   models) say "models"; make_models ;;
   cmodels) say "chunk models ($PRESET)"; make_chunk_models ;;
   smodels) say "state models ($PRESET)"; make_state_models ;;

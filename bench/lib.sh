@@ -87,3 +87,44 @@ print(f"{sys.argv[2]:28s} sms {r['sms']} chunk p50/p99 {r['chunk_host_ms']['p50'
       f"loo {json.dumps(b)} {json.dumps(r.get('breakdown_pass_ms', {}))}")
 PYEOF
 }
+
+# The tree's correctness in one device call (issue 41: every shape's full-depth tests on the final tree). Per shape
+# (0.5B, 1.5B) its models of every kind and their state twins, then at once: both shapes' full-depth tests (bound by
+# the golden model on the CPU: 6 and 8 BLAS threads), the kernels against their NumPy twins, and each GPU mutant of
+# dev/mutants (header "GPU tests") on a patched copy of the tree, which must turn its tests red. VERIFY_S (default
+# 560) caps the whole step; VERIFY_SHAPES (default "05b 15b") picks the shapes.                                    -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
+verify_all() {
+  local t0 cap left
+  t0=$(date +%s); cap=${VERIFY_S:-560}
+  left() { echo $((cap - $(date +%s) + t0)); }
+  for spec in qwen2.5-0.5b:05b:6 qwen2.5-1.5b:15b:8; do
+    IFS=: read -r p tag threads <<<"$spec"
+    case " ${VERIFY_SHAPES:-05b 15b} " in *" $tag "*) ;; *) continue ;; esac
+    (PRESET=$p; M=/tmp/vla_models/$p; mkdir -p "$M"; make_models; make_chunk_models; make_state_models
+     for k in bf16 awq bf16-parallel awq-parallel awq-parallel-k8 bf16-state awq-parallel-state; do
+       export "VLA_EDGE_$(echo "$tag" | tr a-z A-Z)_DIR_$(echo "$k" | tr a-z- A-Z_)=$M/$k"
+     done
+     say "$p full-depth tests"
+     OPENBLAS_NUM_THREADS=$threads timeout "$(left)" $PY -m pytest -q -s -p no:cacheprovider -m slow \
+       test/test_cuda_engine.py -k "qwen$tag" --junitxml="$OUT/tests_$tag.xml"
+     say "$p full-depth tests end") > "$OUT/verify_$tag.log" 2>&1 &
+  done
+  for patch in dev/mutants/*.patch; do
+    sed -n 2p "$patch" | grep -q "GPU tests" || continue
+    local name d
+    name=$(basename "$patch" .patch); d=/tmp/vla_mutant_$name
+    (rm -rf "$d" && mkdir -p "$d" && cp -r vla_edge_ros kernels test dev pytest.ini "$d"/ && cd "$d" \
+       && git apply "$patch" || { echo "MUTANT $name: does not apply"; exit; }
+     OPENBLAS_NUM_THREADS=1 timeout "$(left)" $PY -m pytest -q -x -p no:cacheprovider \
+       $(sed -n 's/^# tests: *//p' "$patch" | head -n 1) > run.log 2>&1
+     rc=$?; echo "MUTANT $name: $([ $rc = 1 ] && echo killed || echo "NOT killed (pytest exit $rc)"): $(tail -n 1 run.log)") \
+      > "$OUT/verify_mutant_$name.log" 2>&1 &
+  done
+  say "kernel tests"
+  OPENBLAS_NUM_THREADS=2 timeout "$(left)" $PY -m pytest -q -p no:cacheprovider test/test_cuda_kernels.py \
+    --junitxml="$OUT/tests_kernels.xml" 2>&1 | tail -n 3
+  say "kernel tests end"
+  wait
+  cat "$OUT"/verify_mutant_*.log 2>/dev/null
+  grep -hE "===|0\.5B|1\.5B|passed|failed|Error|assert" "$OUT"/verify_05b.log "$OUT"/verify_15b.log | tail -n 40
+}
