@@ -94,9 +94,9 @@ PYEOF
 # dev/mutants (header "GPU tests") on a patched copy of the tree, which must turn its tests red. VERIFY_S (default
 # 560) caps the whole step; VERIFY_SHAPES (default "05b 15b") picks the shapes.                                    -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
 verify_all() {
-  local t0 cap left
+  local t0 cap
   t0=$(date +%s); cap=${VERIFY_S:-560}
-  left() { echo $((cap - $(date +%s) + t0)); }
+  left() { local s=$((cap - $(date +%s) + t0)); echo $((s > 1 ? s : 1)); }  # never 0: `timeout 0` waits forever
   for spec in qwen2.5-0.5b:05b:6 qwen2.5-1.5b:15b:8; do
     IFS=: read -r p tag threads <<<"$spec"
     case " ${VERIFY_SHAPES:-05b 15b} " in *" $tag "*) ;; *) continue ;; esac
