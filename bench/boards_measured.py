@@ -58,7 +58,7 @@ def collect(folder: str) -> tuple[dict, set]:
     return shapes, devices
 
 
-def render(shapes: dict, clock_mhz: float, source: str) -> str:
+def render(shapes: dict, device: str, clock_mhz: float, source: str) -> str:
     out = []
     for preset, e in sorted(shapes.items()):
         c = PRESETS[preset]
@@ -67,7 +67,8 @@ def render(shapes: dict, clock_mhz: float, source: str) -> str:
                    f"num_attention_heads: {c.num_attention_heads}, num_key_value_heads: {c.num_key_value_heads},")
         out.append(f"              intermediate_size: {c.intermediate_size}}}")
         out.append("      efficiency: {" + ", ".join(f"{k}: {v:.4f}" for k, v in e["efficiency"].items()) + "}")
-        out.append("      h200_chunk_ms: {" + ", ".join(f"{k}: {v:.3f}" for k, v in e["chunk_ms"].items()) + "}")
+        out.append(f"      device: {device}")
+        out.append("      whole_gpu_chunk_ms: {" + ", ".join(f"{k}: {v:.3f}" for k, v in e["chunk_ms"].items()) + "}")
         if e["sm_confined"]:
             out += ["      sm_confined:", f"        clock_mhz: {clock_mhz:g}", "        chunk_ms:"]
             for k, runs in e["sm_confined"].items():
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
         print(f"boards_measured: no cb_<preset>_<kind>.json in {a.folder}", file=sys.stderr)
         return 1
     print(f"# {', '.join(sorted(devices))}")
-    print(render(shapes, a.clock_mhz, a.source))
+    print(render(shapes, devices.pop(), a.clock_mhz, a.source))
     return 0
 
 

@@ -434,7 +434,8 @@ def test_a_shape_between_the_measured_ones_gets_floors_only():
 
 
 def test_compute_bound_scales_the_sm_confined_measurement():
-    """vla-edge-plan's compute/latency bound: the chunk measured on N H200 SMs, scaled by SMs, clock and tensor rate."""
+    """vla-edge-plan's compute/latency bound: the chunk measured on N SMs of a Hopper card, scaled by SMs, clock and
+    tensor rate."""
     measured = {"sm_confined": {"clock_mhz": 2000, "chunk_ms": {"w4-parallel": {8: 20.0, 16: 10.0}}}}
     nano = edge.Board("nano", 68.0, 8, sms=8, gpu_clock_mhz=1000, tensor_rate_vs_hopper=0.5)
     c = edge.compute_bound("w4-parallel", nano, measured)
@@ -457,7 +458,7 @@ def test_the_data_file_carries_the_measurements():
     for name, e in shapes.items():
         assert edge.measured_for(PRESETS[name])[0] == name  # each entry is the preset's geometry
         assert set(e["efficiency"]) == {"bf16", "w4", "bf16-parallel", "w4-parallel"}
-        assert set(e["h200_chunk_ms"]) == set(e["efficiency"])
+        assert set(e["whole_gpu_chunk_ms"]) == set(e["efficiency"]) and e["device"].startswith("NVIDIA H")
         assert "chunk_bench" in e["source"] and "--sms" in e["source"]
         assert e["sm_confined"]["chunk_ms"]["w4-parallel"][8] > e["sm_confined"]["chunk_ms"]["w4-parallel"][16] > 0
     assert set(shapes["qwen2.5-0.5b"]["sm_confined"]["chunk_ms"]) == {"bf16", "w4", "bf16-parallel", "w4-parallel"}
@@ -492,14 +493,15 @@ def test_boards_measured_writes_what_edge_reads(tmp_path):
     _cb_json(tmp_path, p, "awq-parallel-k8", "w4", "parallel", 8, 15.0, 0.02, sms=8, seen=8)
     _cb_json(tmp_path, p, "awq-parallel-state", "w4", "parallel", 1, 99.0, 0.01)  # a state twin: not a kind
     shapes, devices = bm.collect(str(tmp_path))
-    text = "measured:\n  shapes:\n" + bm.render(shapes, 1980, "test")
+    text = "measured:\n  shapes:\n" + bm.render(shapes, devices.pop(), 1980, "test")
     measured = yaml.safe_load(text)["measured"]
     name, entry = edge.measured_for(PRESETS[p], measured)
-    assert name == p and devices == {"NVIDIA H200"}
+    assert name == p and entry["device"] == "NVIDIA H200"
     assert entry["efficiency"] == {"w4-parallel": 0.09, "w4-parallel-k8": 0.07, "bf16": 0.59}
-    assert entry["h200_chunk_ms"]["w4-parallel"] == 2.2 and entry["h200_chunk_ms"]["w4-parallel-k8"] == 2.9
+    assert entry["whole_gpu_chunk_ms"]["w4-parallel"] == 2.2 and entry["whole_gpu_chunk_ms"]["w4-parallel-k8"] == 2.9
     nano = edge.Board("nano", 68.0, 8, sms=8, gpu_clock_mhz=990, tensor_rate_vs_hopper=0.5)
-    assert edge.compute_bound("w4-parallel-k8", nano, measured, PRESETS[p])["measured_ms"] == 15.0
+    c = edge.compute_bound("w4-parallel-k8", nano, measured, PRESETS[p])
+    assert c["measured_ms"] == 15.0 and "8 SMs of an NVIDIA H200" in c["basis"]
     assert edge.compute_bound("w4-parallel", nano, measured, PRESETS[p])["chunk_ms"] == pytest.approx(12.0 * 2 * 2)
     _cb_json(tmp_path, p, "bf16", "bf16", "autoregressive", 1, 50.0, 0.1, sms=16, seen=12)
     with pytest.raises(SystemExit, match="the probe saw 12"):

@@ -270,10 +270,16 @@ def load_measured(path: str | None = None) -> dict:
 
 def measured_shapes(measured: dict | None = None) -> dict[str, dict]:
     """The measured shapes by name (config/boards.yaml measured.shapes): each {shape: {...}, efficiency: {kind: f},
-    h200_chunk_ms: {kind: ms}, sm_confined: {clock_mhz, chunk_ms: {kind: {N: ms}}}, source}."""
+    whole_gpu_chunk_ms: {kind: ms}, sm_confined: {clock_mhz, chunk_ms: {kind: {N: ms}}}, device, source}."""
     m = load_measured() if measured is None else measured
     shapes = m.get("shapes") if isinstance(m, dict) else None
     return {str(k): v for k, v in shapes.items() if isinstance(v, dict)} if isinstance(shapes, dict) else {}
+
+
+def measured_device(entry: dict | None) -> str:
+    """The card a measured shape's entry names (boards.yaml measured.shapes.<shape>.device); "unnamed GPU" if none."""
+    d = (entry or {}).get("device")
+    return str(d) if d else "unnamed GPU"
 
 
 def shape_of(cfg) -> dict:
@@ -306,8 +312,9 @@ def measured_efficiency(kind: str, cfg, measured: dict | None = None) -> tuple[f
 
 def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=None) -> dict | None:
     """The chunk time the board's SMs allow (compute/latency bound), from the chunk of the model's own shape measured
-    with an H200 confined to N SMs (boards.yaml measured.shapes.<shape>.sm_confined): t_N x (N / board SMs) x (H200
-    clock / board clock) / (board tensor rate per SM per clock relative to Hopper), N the measured count nearest the
+    on a Hopper card (the entry's ``device``) confined to N SMs (boards.yaml measured.shapes.<shape>.sm_confined):
+    t_N x (N / board SMs) x (measured clock / board clock) / (board tensor rate per SM per clock relative to Hopper),
+    N the measured count nearest the
     board's (within 2x). ``measured``: the whole measured section (the entry is found by ``cfg``'s shape) or one
     shape's entry. None when the shape or kind was not measured that way, no count is within 2x of the board's, or
     the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
@@ -330,7 +337,8 @@ def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=Non
     ms = float(runs[n]) * (int(n) / board.sms) * (float(clock) / board.gpu_clock_mhz) / board.tensor_rate_vs_hopper
     where = f"{name} " if name else ""
     return {"chunk_ms": ms, "measured_sms": int(n), "measured_ms": float(runs[n]), "shape": name,
-            "basis": f"{where}{kind} measured on {n} H200 SMs at {clock:g} MHz: {float(runs[n]):.2f} ms, scaled to "
+            "basis": f"{where}{kind} measured on {n} SMs of an {measured_device(entry)} at {clock:g} MHz: "
+                     f"{float(runs[n]):.2f} ms, scaled to "
                      f"{board.sms} SMs at {board.gpu_clock_mhz:g} MHz x {board.tensor_rate_vs_hopper:g} Hopper's "
                      f"tensor rate per SM per clock"}
 

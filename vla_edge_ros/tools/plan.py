@@ -156,7 +156,7 @@ def make_plan(a) -> dict:
         if c is not None:
             c["binds"] = "compute/latency" if c["chunk_ms"] > f["chunk_ms"] else "bytes"
             c["verdict"] = "fits" if max(c["chunk_ms"], f["chunk_ms"]) <= f["budget_ms"] else "does not fit"
-    shape_name, _ = edge.measured_for(cfg, measured)
+    shape_name, shape_entry = edge.measured_for(cfg, measured)
     return {
         "model": os.path.abspath(a.model),
         "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
@@ -168,7 +168,8 @@ def make_plan(a) -> dict:
                         compute_bound=c)
                    for p, m, b, f, c in zip(proj, mem, boards, floor, comp)],
         "period_ms": a.period_ms, "margin_ms": a.margin_ms, "boards_file": edge.boards_path(), "what_if": what_if,
-        "kind": kind, "measured_shape": shape_name, "cuda_shape_problems": cuda_shape_problems(cfg),
+        "kind": kind, "measured_shape": shape_name, "measured_device": edge.measured_device(shape_entry),
+        "cuda_shape_problems": cuda_shape_problems(cfg),
         "shapes": shapes_table(kind, boards, measured, a.capacity, a.period_ms, a.margin_ms),
     }
 
@@ -200,7 +201,8 @@ def shapes_table(kind: str, boards, measured: dict, capacity: int, period_ms: fl
                               "compute_bound_ms": comp["chunk_ms"] if comp else None,
                               "verdict": "fits" if worst <= floor["budget_ms"] else "does not fit",
                               "budget_ms": floor["budget_ms"]})
-        rows.append({"shape": name, "h200_chunk_ms": (entry.get("h200_chunk_ms") or {}).get(kind),
+        rows.append({"shape": name, "device": edge.measured_device(entry),
+                     "whole_gpu_chunk_ms": (entry.get("whole_gpu_chunk_ms") or {}).get(kind),
                      "efficiency": eff, "boards": per_board})
     return rows
 
@@ -266,7 +268,8 @@ def render(r: dict) -> str:
         out.append("  - the CUDA engine does not run this shape (" + "; ".join(r["cuda_shape_problems"]) + ")")
     if first["basis"] != "floor":
         out.append("  - floor ms: the same bytes at 100 % of the bandwidth (the optimistic bound). The engine's "
-                   "measured efficiency comes from an H200, where the chunk is bound by its chain of dependent "
+                   f"measured efficiency comes from an {r['measured_device']}, where the chunk is bound by its "
+                   "chain of dependent "
                    "kernels rather than by bytes, so the measured-efficiency time is the pessimistic bound for a "
                    "board whose bandwidth is far lower")
     if any(p["bandwidth_kind"] != "measured copy" for p in r["boards"]):
@@ -275,8 +278,9 @@ def render(r: dict) -> str:
                "the board's bandwidth only, not its compute or clocks")
     cb = [p for p in r["boards"] if p.get("compute_bound")]
     if cb:
-        out += ["", "Compute/latency bound (the chunk measured on an H200 confined to the board's SM count by a green "
-                "context, scaled by clock and per-SM tensor rate; boards.yaml measured.sm_confined):"]
+        out += ["", f"Compute/latency bound (the chunk measured on an {r['measured_device']} confined to the board's "
+                "SM count by a green context, scaled by clock and per-SM tensor rate; boards.yaml "
+                "measured.sm_confined):"]
         for p in cb:
             c = p["compute_bound"]
             out.append(f"  {p['board']:<24} {c['chunk_ms']:>8.1f} ms vs byte floor {p['floor_chunk_ms']:.1f} ms: "
@@ -304,9 +308,9 @@ def render_shapes(r: dict) -> list[str]:
            f"own measurements only, 64-token prompt, {r['chunk_bytes']['capacity']} slots:"]
     names = [s["shape"] for s in r["shapes"]]
     out.append(f"  {'board':<24} " + " ".join(f"{n:<34}" for n in names).rstrip())
-    h200 = " ".join(f"{('H200 ' + _ms(s['h200_chunk_ms']) + ' ms measured') if s['h200_chunk_ms'] else '-':<34}"
-                    for s in r["shapes"])
-    out.append(f"  {'(whole H200, measured)':<24} {h200}".rstrip())
+    whole = " ".join(f"{(_ms(s['whole_gpu_chunk_ms']) + ' ms, ' + s['device']) if s['whole_gpu_chunk_ms'] else '-':<34}"
+                     for s in r["shapes"])
+    out.append(f"  {'(whole GPU, measured)':<24} {whole}".rstrip())
     for i, b in enumerate(r["shapes"][0]["boards"]):
         cells = []
         for s in r["shapes"]:
