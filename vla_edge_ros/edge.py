@@ -314,10 +314,9 @@ def compute_bound(kind: str, board: Board, measured: dict | None = None, cfg=Non
     """The chunk time the board's SMs allow (compute/latency bound), from the chunk of the model's own shape measured
     on a Hopper card (the entry's ``device``) confined to N SMs (boards.yaml measured.shapes.<shape>.sm_confined):
     t_N x (N / board SMs) x (measured clock / board clock) / (board tensor rate per SM per clock relative to Hopper),
-    N the measured count nearest the
-    board's (within 2x). ``measured``: the whole measured section (the entry is found by ``cfg``'s shape) or one
-    shape's entry. None when the shape or kind was not measured that way, no count is within 2x of the board's, or
-    the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
+    N the measured count nearest the board's (within 2x). ``measured``: the whole measured section (the entry is
+    found by ``cfg``'s shape) or one shape's entry. None when the shape or kind was not measured that way, no count
+    is within 2x of the board's, or the board lacks sms / gpu_clock_mhz / tensor_rate_vs_hopper."""
     m = load_measured() if measured is None else measured
     if "sm_confined" in m:  # one shape's entry
         entry, name = m, m.get("name")
