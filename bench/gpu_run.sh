@@ -14,9 +14,11 @@
 #   verify the tree's correctness in one call (bench/lib.sh verify_all): the 0.5B and 1.5B models of every kind, then
 #          at once both shapes' full-depth tests, the kernel tests and the GPU mutants (VERIFY_S caps it, default 560)
 #                                                                  -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
-#   targets every target of issue 41 in one call: per shape (1.5B, 0.5B) models, chunk_bench of every kind (K = 8
-#          too) on the whole GPU and of the 8-SM targets' kinds on 8 SMs, the 1.5B peers, the 0.5B text paths; then
-#          bench/targets.py prints each target, what was measured and met / missed   -> $OUT (the steps' files)
+#   targets issue 41's targets, by part (TARGET_PARTS, default "15b 05b peers"; all three take more than one 600 s
+#          call: "15b 05b" then "peers" on the same warm machine): per shape the models, chunk_bench of every kind
+#          (K = 8 too) on the whole GPU and of the 8-SM targets' kinds on 8 SMs, the 0.5B text paths; the 1.5B peers
+#          beside its autoregressive kinds; then bench/targets.py OUT prints each target, what was measured and
+#          met / missed (bench/targets.py OUT_PEERS OUT_ENGINE reads the calls together) -> $OUT (the steps' files)
 #   models the qwen2.5-1.5b models of every kind (bench/lib.sh make_models)
 #   cmodels the 4-bit model and its parallel dirs awq-parallel (one action) and awq-parallel-k8 (8 actions a chunk,
 #          issue 37) of PRESET (bench/lib.sh make_chunk_models); then e.g. KINDS="awq-parallel awq-parallel-k8"
@@ -64,14 +66,19 @@ for step in ${STEPS:-tests models bench peers}; do
   micro) say "gemm micro $MICRO_ARGS"; timeout 300 $PY dev/cuda/gemm_micro.py $MICRO_ARGS \
     --json "$OUT/gemm_micro${MICRO_TAG:-}.json" 2>&1 | grep -E "SUMMARY|  [bfw]_|Error|error|Traceback" ;;
   verify) say "verify: both shapes' full-depth tests, the kernel tests, the GPU mutants"; verify_all ;;
-  targets)  # every issue-41 target in one call, then the table (bench/targets.py)
-    for p in qwen2.5-1.5b qwen2.5-0.5b; do
-      sm8=awq-parallel; [ "$p" = qwen2.5-1.5b ] && sm8="awq-parallel awq bf16"
-      PRESET=$p STEPS="models cmodels bench sms" KINDS="bf16 awq bf16-parallel awq-parallel awq-parallel-k8" SMS=8 \
-        SMS_KINDS="$sm8" CHUNKS="$CHUNKS" bash "$0" | grep -v "^NVIDIA"
+  targets)  # issue 41's targets, the parts in TARGET_PARTS, then the table (bench/targets.py)
+    for part in ${TARGET_PARTS:-15b 05b peers}; do
+      case $part in
+      15b|05b)
+        p=qwen2.5-${part%b}; p=${p/05/0.5}; p=${p/15/1.5}b; sm8=awq-parallel
+        [ "$part" = 15b ] && sm8="awq-parallel awq bf16"
+        PRESET=$p STEPS="models cmodels bench sms" KINDS="bf16 awq bf16-parallel awq-parallel awq-parallel-k8" \
+          SMS=8 SMS_KINDS="$sm8" CHUNKS="$CHUNKS" bash "$0" | grep -v "^NVIDIA"
+        [ "$part" = 05b ] && PRESET=$p STEPS=textspeed TS_KINDS="bf16 awq" bash "$0" | grep -v "^NVIDIA" ;;
+      peers)  # the 1.5B autoregressive kinds again beside the peers: the ratios from one call
+        PRESET=qwen2.5-1.5b STEPS="models bench peers" KINDS="bf16 awq" CHUNKS="$CHUNKS" bash "$0" | grep -v "^NVIDIA" ;;
+      esac
     done
-    PRESET=qwen2.5-1.5b STEPS=peers bash "$0" | grep -v "^NVIDIA"
-    PRESET=qwen2.5-0.5b STEPS=textspeed TS_KINDS="bf16 awq" bash "$0" | grep -v "^NVIDIA"
     $PY bench/targets.py "$OUT" ;;
   models) say "models"; make_models ;;
   cmodels) say "chunk models ($PRESET)"; make_chunk_models ;;

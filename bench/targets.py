@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Issue 41's targets against one device call's files: each target, what the call measured, met / missed.
 
-    python bench/targets.py OUT
+    python bench/targets.py OUT [OUT ...]
 
-OUT holds what `STEPS=targets bash bench/gpu_run.sh` writes: chunk_bench's `cb_<preset>_<kind>[_sm8].json`, the
+Each OUT is one device call's files; several are read together, and the first folder that has a file wins (name the
+peers' call first, so the peers are compared with the autoregressive chunks timed beside them). They hold what
+`STEPS=targets bash bench/gpu_run.sh` writes: chunk_bench's `cb_<preset>_<kind>[_sm8].json`, the
 peers' `torch_peer_<shape>_<bf16|int4>.txt` (a RESULTS line), text_speed's `ts_<preset>_<kind>.json`, and the junit
 files `tests_05b.xml` / `tests_15b.xml` of the full-depth tests (`STEPS=verify`). A target whose file is missing
 reads "not measured", never met. Chunk times are device-stamp p50s (the host p50 beside them); the targets are the
@@ -37,26 +39,35 @@ RATIO_TARGETS = [
 FULL_DEPTH = [("0.5B full depth, every kind", "tests_05b.xml"), ("1.5B full depth, every kind", "tests_15b.xml")]
 
 
-def _load(path):
+def _first(out, name):
+    """The path of ``name`` in the first of the folders ``out`` (one folder or a list) that has it, else None."""
+    for d in [out] if isinstance(out, str) else out:
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    return None
+
+
+def _load(out, name):
+    path = _first(out, name)
     try:
         with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError):
+    except (OSError, TypeError, ValueError):
         return None
 
 
 def chunk(out, preset, kind, sms):
-    return _load(os.path.join(out, f"cb_{preset}_{kind}" + (f"_sm{sms}" if sms else "") + ".json"))
+    return _load(out, f"cb_{preset}_{kind}" + (f"_sm{sms}" if sms else "") + ".json")
 
 
 def peer(out, shape, weights):
     """The peer's RESULTS json (torch_peer.py) or None."""
     try:
-        with open(os.path.join(out, f"torch_peer_{shape}_{weights}.txt")) as f:
+        with open(_first(out, f"torch_peer_{shape}_{weights}.txt")) as f:
             for line in f:
                 if line.startswith("RESULTS "):
                     return json.loads(line[len("RESULTS "):])
-    except (OSError, ValueError):
+    except (OSError, TypeError, ValueError):
         pass
     return None
 
@@ -65,7 +76,7 @@ def junit(path):
     """(tests, failures + errors, skipped) of a junit file, or None."""
     try:
         root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
+    except (OSError, TypeError, ET.ParseError):
         return None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     n = sum(int(s.get("tests", 0)) for s in suites)
@@ -78,7 +89,7 @@ def _confined_ok(r, sms):
 
 
 def rows(out):
-    """[(target, measured, verdict)] for every target; devices seen."""
+    """[(target, measured, verdict)] for every target, from ``out`` (a folder or a list of them); devices seen."""
     res, devices = [], set()
     for label, preset, kind, sms, bound, pw in CHUNK_TARGETS:
         r = chunk(out, preset, kind, sms)
@@ -105,7 +116,7 @@ def rows(out):
         res.append((f"{label} <= {bound:g}x", f"{x:.3f} / {y:.3f} ms = {x / y:.2f}x",
                     "met" if x / y <= bound else "missed"))
     for kind in ("bf16", "awq"):
-        t = _load(os.path.join(out, f"ts_qwen2.5-0.5b_{kind}.json"))
+        t = _load(out, f"ts_qwen2.5-0.5b_{kind}.json")
         if t is None:
             res.append((f"0.5B {kind} text >= 1000 tokens/s; 352-token prompt <= 5 ms", "-", "not measured"))
             continue
@@ -118,7 +129,7 @@ def rows(out):
                     f"{t['prompt_ms_p50']:.2f} ms ({t['prompt_tokens']} tokens)",
                     ("met" if t["prompt_ms_p50"] <= 5.0 else "missed") if ok else "not measured (another length)"))
     for label, name in FULL_DEPTH:
-        j = junit(os.path.join(out, name))
+        j = junit(_first(out, name))
         if j is None:
             res.append((label, "-", "not run"))
             continue
@@ -130,14 +141,15 @@ def rows(out):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", help="the device call's $OUT copy")
+    p.add_argument("out", nargs="+", help="the device calls' $OUT copies (the first that has a file wins)")
     a = p.parse_args(argv)
-    if not os.path.isdir(a.out):
-        print(f"targets: {a.out} is not a folder", file=sys.stderr)
-        return 1
+    for d in a.out:
+        if not os.path.isdir(d):
+            print(f"targets: {d} is not a folder", file=sys.stderr)
+            return 1
     res, devices = rows(a.out)
     print(f"cards: {', '.join(sorted(devices)) or 'none'}" + (" (MORE THAN ONE)" if len(devices) > 1 else ""))
-    print(f"files: {len(glob.glob(os.path.join(a.out, '*')))} in {a.out}")
+    print(f"files: {sum(len(glob.glob(os.path.join(d, '*'))) for d in a.out)} in {', '.join(a.out)}")
     print("| target (issue 41, set for an H200) | measured | verdict |\n|---|---|---|")
     for t, m, v in res:
         print(f"| {t} | {m} | {v} |")

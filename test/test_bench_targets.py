@@ -61,3 +61,21 @@ def test_targets_met_missed_and_not_measured(tmp_path):
     assert got["0.5B full depth, every kind"] == ("7 passed, 0 failed, 0 skipped of 7", "passed")
     assert got["1.5B full depth, every kind"][1] == "FAILED"
     assert all(v != "met" for _, m, v in res if m == "-")  # nothing missing is ever met
+
+
+def test_targets_read_two_calls_together(tmp_path):
+    """Two calls' folders (the engine's parts, then the peers beside a re-run of the autoregressive kinds): a file
+    found in the first folder wins, one only in the second is read from there; the command line takes both."""
+    t = _tool()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    _cb(a, "qwen2.5-1.5b", "bf16", 11.0)
+    _cb(b, "qwen2.5-1.5b", "bf16", 7.0)
+    _cb(b, "qwen2.5-1.5b", "awq", 4.0)
+    res, _ = t.rows([str(a), str(b)])
+    got = {k: (m, v) for k, m, v in res}
+    assert got["1.5B bf16 autoregressive <= 7.5 ms"] == ("11.000 ms (host 11.020)", "missed")
+    assert got["1.5B 4-bit autoregressive <= 5 ms"][1] == "met"
+    assert t.main([str(a), str(b)]) == 0
+    assert t.main([str(a), str(tmp_path / "absent")]) == 1
