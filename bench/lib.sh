@@ -92,7 +92,8 @@ PYEOF
 # (0.5B, 1.5B) its models of every kind and their state twins, then at once: both shapes' full-depth tests (bound by
 # the golden model on the CPU: 6 and 8 BLAS threads), the kernels against their NumPy twins, and each GPU mutant of
 # dev/mutants (header "GPU tests") on a patched copy of the tree, which must turn its tests red. VERIFY_S (default
-# 560) caps the whole step; VERIFY_SHAPES (default "05b 15b") picks the shapes.                                    -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
+# 560) caps the whole step; VERIFY_SHAPES (default "05b 15b") picks the shapes.
+#                                                                  -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
 verify_all() {
   local t0 cap
   t0=$(date +%s); cap=${VERIFY_S:-560}
