@@ -14,8 +14,8 @@
 #   verify the tree's correctness in one call (bench/lib.sh verify_all): the 0.5B and 1.5B models of every kind, then
 #          at once both shapes' full-depth tests, the kernel tests and the GPU mutants (VERIFY_S caps it, default 560)
 #                                                                  -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
-#   targets issue 41's targets, by part (TARGET_PARTS, default "15b 05b peers"; all three take more than one 600 s
-#          call: "15b 05b" then "peers" on the same warm machine): per shape the models, chunk_bench of every kind
+#   targets issue 41's targets, by part (TARGET_PARTS, default "15b 05b peers"; all three are estimated, not measured,
+#          at more than one 600 s call: "15b 05b" then "peers" on the same warm machine): per shape the models, chunk_bench of every kind
 #          (K = 8 too) on the whole GPU and of the 8-SM targets' kinds on 8 SMs, the 0.5B text paths; the 1.5B peers
 #          beside its autoregressive kinds; then bench/targets.py OUT prints each target, what was measured and
 #          met / missed (bench/targets.py OUT_PEERS OUT_ENGINE reads the calls together) -> $OUT (the steps' files)
