@@ -36,8 +36,8 @@ def collect(folder: str) -> tuple[dict, set]:
         m = NAME.search(os.path.basename(path))
         if not m:
             continue
-        preset, _, n = m.group(1), m.group(2), m.group(3)
-        if "state" in m.group(2):  # the state twins: timing of another input, not a kind of boards.yaml
+        preset, name, n = m.groups()
+        if "state" in name:  # the state twins: timing of another input, not a kind of boards.yaml
             continue
         r = json.load(open(path))
         devices.add(r["device"])

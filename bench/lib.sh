@@ -90,8 +90,8 @@ PYEOF
 
 # The tree's correctness in one device call (issue 41: every shape's full-depth tests on the final tree). Per shape
 # (0.5B, 1.5B) its models of every kind and their state twins, then at once: both shapes' full-depth tests (bound by
-# the golden model on the CPU: 6 and 8 BLAS threads), the kernels against their NumPy twins, and each GPU mutant of
-# dev/mutants (header "GPU tests") on a patched copy of the tree, which must turn its tests red. VERIFY_S (default
+# the golden model on the CPU: 6 and 8 BLAS threads), the kernels against their NumPy twins, and the GPU mutants of
+# dev/mutants (header "GPU tests") through scripts/mutation_check.sh, each of which must turn its tests red. VERIFY_S (default
 # 560) caps the whole step; VERIFY_SHAPES (default "05b 15b") picks the shapes.
 #                                                                  -> $OUT/tests_{05b,15b,kernels}.xml, verify_*.log
 verify_all() {
@@ -110,22 +110,16 @@ verify_all() {
        test/test_cuda_engine.py -k "qwen$tag" --junitxml="$OUT/tests_$tag.xml"
      say "$p full-depth tests end") > "$OUT/verify_$tag.log" 2>&1 &
   done
-  for patch in dev/mutants/*.patch; do
-    sed -n 2p "$patch" | grep -q "GPU tests" || continue
-    local name d
-    name=$(basename "$patch" .patch); d=/tmp/vla_mutant_$name
-    (rm -rf "$d" && mkdir -p "$d" && cp -r vla_edge_ros kernels test dev pytest.ini "$d"/ && cd "$d" \
-       && git apply "$patch" || { echo "MUTANT $name: does not apply"; exit; }
-     OPENBLAS_NUM_THREADS=1 timeout "$(left)" $PY -m pytest -q -x -p no:cacheprovider \
-       $(sed -n 's/^# tests: *//p' "$patch" | head -n 1) > run.log 2>&1
-     rc=$?; echo "MUTANT $name: $([ $rc = 1 ] && echo killed || echo "NOT killed (pytest exit $rc)"): $(tail -n 1 run.log)") \
-      > "$OUT/verify_mutant_$name.log" 2>&1 &
-  done
+  local gpu_mutants=()
+  for patch in dev/mutants/*.patch; do sed -n 2p "$patch" | grep -q "GPU tests" && gpu_mutants+=("$patch"); done
+  [ ${#gpu_mutants[@]} -gt 0 ] && OPENBLAS_NUM_THREADS=1 MUTATION_TIMEOUT_S="$(left)" \
+    bash scripts/mutation_check.sh "${gpu_mutants[@]}" > "$OUT/verify_mutants.log" 2>&1 &
   say "kernel tests"
   OPENBLAS_NUM_THREADS=2 timeout "$(left)" $PY -m pytest -q -p no:cacheprovider test/test_cuda_kernels.py \
     --junitxml="$OUT/tests_kernels.xml" 2>&1 | tail -n 3
   say "kernel tests end"
   wait
-  cat "$OUT"/verify_mutant_*.log 2>/dev/null
-  grep -hE "===|0\.5B|1\.5B|passed|failed|Error|assert" "$OUT"/verify_05b.log "$OUT"/verify_15b.log | tail -n 40
+  cat "$OUT"/verify_mutants.log 2>/dev/null
+  cat "$OUT"/verify_05b.log "$OUT"/verify_15b.log 2>/dev/null | grep -E "===|0\.5B|1\.5B|passed|failed|Error|assert" \
+    | tail -n 40
 }

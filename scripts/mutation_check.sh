@@ -12,6 +12,8 @@
 #   MUTATION_SOURCE=HEAD ./scripts/mutation_check.sh # against the last commit instead
 #
 # Not part of CI (a few minutes on a 2-core box). The live tree is never modified: the copy lives in mktemp.
+# It also runs on a device machine (bench/lib.sh verify_all, for the GPU mutants): there the tree is a plain copy (no
+# .git) and there is no venv (its python3 has the packages).
 set -u -o pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,11 +21,17 @@ source_ref="${MUTATION_SOURCE:-worktree}"
 per_run_timeout="${MUTATION_TIMEOUT_S:-600}"
 if [ "$#" -gt 0 ]; then patches=("$@"); else patches=("$root"/dev/mutants/*.patch); fi
 
-# shellcheck disable=SC1091
-. "$root/scripts/env.sh"
+if [ -x "${VLA_VENV:-$root/.venv}/bin/python" ]; then
+    # shellcheck disable=SC1091
+    . "$root/scripts/env.sh"
+fi
 
 copy_tree() {  # $1: empty destination folder
-    if [ "$source_ref" = worktree ]; then
+    if [ "$source_ref" = worktree ] && ! git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        # not a git checkout (a device machine's copy): the tree as it is, less what builds and runs leave
+        (cd "$root" && tar -c --exclude=./.venv --exclude=./build --exclude=./install --exclude=./log \
+            --exclude=./out --exclude=./.device . | tar -x -C "$1")
+    elif [ "$source_ref" = worktree ]; then
         # Tracked and untracked-but-not-ignored files, as they are now (deleted tracked files skipped).
         (cd "$root" && git ls-files -z --cached --others --exclude-standard \
             | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
@@ -35,10 +43,15 @@ copy_tree() {  # $1: empty destination folder
 
 tests_of() { sed -n 's/^# tests: *//p' "$1" | head -n 1; }
 
+apply_patch() {  # $1: patch, in the current folder; git apply where patch(1) is not installed
+    if command -v patch >/dev/null; then patch -p1 --forward --batch --silent <"$1" >/dev/null 2>&1
+    else git apply "$1" >/dev/null 2>&1; fi
+}
+
 run_tests() {  # $1: tree, rest: test files; returns pytest's status (124 on timeout)
     local tree="$1"; shift
     (cd "$tree" && PYTHONPATH="$tree" timeout "$per_run_timeout" \
-        python -m pytest -x -q -p no:cacheprovider -W ignore::FutureWarning "$@" >"$tree/.mutation.log" 2>&1)
+        python3 -m pytest -x -q -p no:cacheprovider -W ignore::FutureWarning "$@" >"$tree/.mutation.log" 2>&1)
 }
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/vla_edge_mutants.XXXXXX")"
@@ -71,7 +84,7 @@ for p in "${patches[@]}"; do
     copy_tree "$tree"
     # patch(1) rather than git apply: it tolerates moved lines and small context changes (fuzz) while the
     # code around a mutant evolves; a hunk it cannot place still fails (NO-APPLY).
-    if [ -z "$tests" ] || ! (cd "$tree" && patch -p1 --forward --batch --silent <"$p" >/dev/null 2>&1); then
+    if [ -z "$tests" ] || ! (cd "$tree" && apply_patch "$p"); then
         printf '%-34s %-10s %7s  %s\n' "$name" NO-APPLY - "${tests:-<no '# tests:' header>}"
         status=1
         continue
