@@ -38,7 +38,7 @@ def test_targets_met_missed_and_not_measured(tmp_path):
     _cb(tmp_path, p15, "awq-parallel", 7.9, sms=8, seen=6)  # the probe saw 6 SMs: not a measurement of 8
     _cb(tmp_path, p05, "awq-parallel", 2.9, sms=8)
     (tmp_path / "torch_peer_1.5b_bf16.txt").write_text(
-        "RESULTS " + json.dumps({"torch_compiled_graph_chunk_ms": 25.36}) + "\n")
+        "RESULTS " + json.dumps({"torch_compiled_graph_chunk_ms": {"p50": 25.36, "p99": 25.5, "min": 25.3}}) + "\n")
     (tmp_path / "ts_qwen2.5-0.5b_bf16.json").write_text(json.dumps(
         {"device": "NVIDIA H200", "decode_tokens_per_s": 1050.0, "prompt_tokens": 352, "prompt_ms_p50": 5.4}))
     _junit(tmp_path, "tests_05b.xml", 7, 0)
