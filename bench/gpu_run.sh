@@ -52,6 +52,8 @@
 #   amicro the attention alone (dev/cuda/attn_micro.py, the PRESET's shape) on the whole GPU and on AM_SMS (default 8)
 #          SMs: this tree's 8-warp prefill blocks and its 4-warp ones, and BASE's kernels when BASE exists
 #                                                                                 -> $OUT/am_<preset>_sm<N>.json
+#   bundle every file in $OUT into one $OUT/out_<time>.tgz (last in STEPS): the device tool brings back at most 8
+#          files a call, and the next call's $OUT starts empty (twenty-eighth session: 9 of a targets call's 17 lost)
 #   dmicro the persistent decode pass (dev/cuda/decode_persistent.cu) against the per-op chain, per kind in DM_KINDS
 #          (default "awq bf16"), variants DM_VARIANTS (default all), DM_SMS confines (0: whole GPU)
 #                                                                                          -> $OUT/dm_<preset>_<kind>.json
@@ -178,6 +180,10 @@ if r else t[-2000:])"
         ${DM_VARIANTS:+--variants "$DM_VARIANTS"} --json "$OUT/dm_${PRESET}_$k.json" 2>&1 \
         | grep -E "DECODE_MICRO|Error|error"
     done ;;
+  bundle)  # the device tool brings back at most 8 files a call and the next call's $OUT starts empty: one archive
+    f=out_$(date +%H%M%S).tgz
+    tar czf "/tmp/$f" -C "$OUT" --exclude='*.tgz' . && find "$OUT" -maxdepth 1 -type f ! -name '*.tgz' -delete \
+      && mv "/tmp/$f" "$OUT/" && say "bundle: $OUT/$f (tar xzf it into a folder for bench/targets.py)" ;;
   *) echo "unknown step $step" ;;
   esac
 done
