@@ -72,7 +72,7 @@ for step in ${STEPS:-tests models bench peers}; do
     for part in ${TARGET_PARTS:-15b 05b peers}; do
       case $part in
       15b|05b)
-        p=qwen2.5-${part%b}; p=${p/05/0.5}; p=${p/15/1.5}b; sm8=awq-parallel
+        p=$(preset_of "$part"); sm8=awq-parallel
         [ "$part" = 15b ] && sm8="awq-parallel awq bf16"
         PRESET=$p STEPS="models cmodels bench sms" KINDS="bf16 awq bf16-parallel awq-parallel awq-parallel-k8" \
           SMS=8 SMS_KINDS="$sm8" CHUNKS="$CHUNKS" bash "$0" | grep -v "^NVIDIA"
@@ -180,7 +180,7 @@ if r else t[-2000:])"
         ${DM_VARIANTS:+--variants "$DM_VARIANTS"} --json "$OUT/dm_${PRESET}_$k.json" 2>&1 \
         | grep -E "DECODE_MICRO|Error|error"
     done ;;
-  bundle)  # the device tool brings back at most 8 files a call and the next call's $OUT starts empty: one archive
+  bundle)  # one archive of $OUT (the header says why)
     f=out_$(date +%H%M%S).tgz
     tar czf "/tmp/$f" -C "$OUT" --exclude='*.tgz' . && find "$OUT" -maxdepth 1 -type f ! -name '*.tgz' -delete \
       && mv "/tmp/$f" "$OUT/" && say "bundle: $OUT/$f (tar xzf it into a folder for bench/targets.py)" ;;

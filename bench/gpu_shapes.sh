@@ -18,11 +18,10 @@ run() {  # PRESET STEPS [VAR=value ...]
   local p=$1 s=$2; shift 2
   env PRESET="$p" MODELS="/tmp/vla_models/$p" STEPS="$s" "$@" bash "$(dirname "$0")/gpu_run.sh" 2>&1 | grep -v "^NVIDIA"
 }
-preset() { case $1 in 05b) echo qwen2.5-0.5b ;; 15b) echo qwen2.5-1.5b ;; 3b) echo qwen2.5-3b ;; esac; }
-for st in ${STAGES:-05b 15b 3b}; do gen "$(preset "$st")"; done
+for st in ${STAGES:-05b 15b 3b}; do gen "$(preset_of "$st")"; done
 [ -n "${PRE_STEPS:-}" ] && run qwen2.5-1.5b "$PRE_STEPS"
 for st in ${STAGES:-05b 15b 3b}; do
-  p=$(preset "$st"); waitfor "$p"; say "$p models ready"
+  p=$(preset_of "$st"); waitfor "$p"; say "$p models ready"
   run "$p" "${SHAPE_STEPS:-bench sms}" CHUNKS="${CHUNKS:-100}" SMS="${SMS:-8 16}" KINDS="${KINDS:-$ALL}" \
     SMS_KINDS="${SMS_KINDS:-$ALL}"
 done

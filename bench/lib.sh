@@ -12,6 +12,9 @@ mkdir -p "$OUT" "$M"
 
 say() { echo "=== $(date +%T) $*"; }
 
+# The preset of a shape's short tag (05b, 15b, 3b), as STAGES, TARGET_PARTS and VERIFY_SHAPES name them.
+preset_of() { case $1 in 05b) echo qwen2.5-0.5b ;; 15b) echo qwen2.5-1.5b ;; 3b) echo qwen2.5-3b ;; esac; }
+
 # The kernel + tiny-engine GPU tests (every kernel against its NumPy twin, every model kind against the reference).
 gpu_tests() {
   $PY -m pytest -q -p no:cacheprovider test/test_cuda_kernels.py test/test_cuda_engine.py -m "not slow" \
@@ -98,8 +101,8 @@ verify_all() {
   local t0 cap
   t0=$(date +%s); cap=${VERIFY_S:-560}
   left() { local s=$((cap - $(date +%s) + t0)); echo $((s > 1 ? s : 1)); }  # never 0: `timeout 0` waits forever
-  for spec in qwen2.5-0.5b:05b:6 qwen2.5-1.5b:15b:8; do
-    IFS=: read -r p tag threads <<<"$spec"
+  for spec in 05b:6 15b:8; do
+    IFS=: read -r tag threads <<<"$spec"; p=$(preset_of "$tag")
     case " ${VERIFY_SHAPES:-05b 15b} " in *" $tag "*) ;; *) continue ;; esac
     (PRESET=$p; M=/tmp/vla_models/$p; mkdir -p "$M"; make_models; make_chunk_models; make_state_models
      for k in bf16 awq bf16-parallel awq-parallel awq-parallel-k8 bf16-state awq-parallel-state; do
